@@ -1,0 +1,47 @@
+# privfair: `make run` and `make test` are all a fresh machine needs.
+PYTHON      ?= python3
+VENV        ?= .venv
+TORCH_SPEC  ?= torch==2.13.0
+BIN         := $(VENV)/bin
+STAMP       := $(VENV)/.installed
+SHARED_DATA := $(abspath ../shared/datasets)
+
+# Point the loaders at the shared data directory when it exists and the user has not chosen one.
+ifeq ($(origin PRIVFAIR_DATA_DIR), undefined)
+ifneq ($(wildcard $(SHARED_DATA)),)
+export PRIVFAIR_DATA_DIR := $(SHARED_DATA)
+endif
+endif
+
+.PHONY: setup run test test-all reproduce bench lint clean
+
+setup: $(STAMP)
+
+# Torch goes in first so that the project's `torch>=...` requirement is already met by the CPU build.
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q "$(TORCH_SPEC)"
+	$(BIN)/python -m pip install -q -e ".[test]"
+	touch $(STAMP)
+
+run: setup
+	$(BIN)/privfair run algo=pfdr data=adult eps=1
+
+test: setup
+	$(BIN)/python -m pytest -m "not slow" -x
+
+test-all: setup
+	$(BIN)/python -m pytest
+
+reproduce: setup
+	$(BIN)/privfair reproduce all
+
+bench: setup
+	-$(BIN)/python -m pip install -q -e ".[bench]"
+	$(BIN)/python -m bench
+
+lint: setup
+	$(BIN)/ruff check privfair_cli algorithms datasets tests bench
+
+clean:
+	rm -rf $(VENV) results/runs results/multirun

@@ -1,0 +1,17 @@
+"""The one exception type the CLI turns into a one-line message and a non-zero exit."""
+
+
+class PrivfairError(Exception):
+    """A user-facing error: bad config, missing data file, budget overspent, ..."""
+
+
+class ConfigError(PrivfairError):
+    """A config value is invalid; raised before any data is touched."""
+
+
+class DataError(PrivfairError):
+    """A dataset file is missing, malformed or does not match its card."""
+
+
+class BudgetExceeded(PrivfairError):
+    """A plugin tried to spend more privacy budget than the run was given."""

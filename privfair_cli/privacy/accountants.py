@@ -1,0 +1,91 @@
+"""Pure accounting formulas: conversions between pure DP, zCDP, RDP and (eps, delta)-DP.
+
+Bookkeeping lives in `ledger.py`; this module only holds functions that tests pin to reference values.
+The zCDP <-> (eps, delta) conversions are those of Canonne, Kamath and Steinke (2020), the ones the
+reference MST code uses (`cdp2adp.py`); the classic bound `rho + 2 sqrt(rho log(1/delta))` is offered beside.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+DEFAULT_RDP_ORDERS = tuple(range(2, 257))
+
+
+def cdp_delta(rho: float, eps: float) -> float:
+    """Smallest delta such that rho-zCDP implies (eps, delta)-DP (CKS 2020, Prop. 7)."""
+    if rho < 0 or eps < 0:
+        raise ValueError("rho and eps must be non-negative")
+    if rho == 0:
+        return 0.0
+    amin, amax = 1.01, (eps + 1) / (2 * rho) + 2
+    for _ in range(1000):
+        alpha = (amin + amax) / 2
+        derivative = (2 * alpha - 1) * rho - eps + math.log1p(-1.0 / alpha)
+        if derivative < 0:
+            amin = alpha
+        else:
+            amax = alpha
+    delta = math.exp((alpha - 1) * (alpha * rho - eps) + alpha * math.log1p(-1 / alpha)) / (alpha - 1.0)
+    return min(delta, 1.0)
+
+
+def cdp_eps(rho: float, delta: float) -> float:
+    """Smallest eps such that rho-zCDP implies (eps, delta)-DP (bisection on `cdp_delta`)."""
+    if not 0 < delta < 1:
+        raise ValueError("delta must be in (0, 1) to convert zCDP to (eps, delta)-DP")
+    if rho == 0:
+        return 0.0
+    lo, hi = 0.0, rho + 2 * math.sqrt(rho * math.log(1 / delta))
+    for _ in range(1000):
+        eps = (lo + hi) / 2
+        if cdp_delta(rho, eps) <= delta:
+            hi = eps
+        else:
+            lo = eps
+    return hi
+
+
+def cdp_rho(eps: float, delta: float) -> float:
+    """Largest rho such that rho-zCDP implies (eps, delta)-DP (bisection on `cdp_delta`)."""
+    if eps <= 0 or not 0 < delta < 1:
+        raise ValueError("need eps > 0 and 0 < delta < 1")
+    lo, hi = 0.0, eps + 1
+    for _ in range(1000):
+        rho = (lo + hi) / 2
+        if cdp_delta(rho, eps) <= delta:
+            lo = rho
+        else:
+            hi = rho
+    return lo
+
+
+def zcdp_eps_classic(rho: float, delta: float) -> float:
+    """Bun & Steinke (2016): rho-zCDP implies (rho + 2 sqrt(rho log(1/delta)), delta)-DP."""
+    return rho + 2 * math.sqrt(rho * math.log(1 / delta))
+
+
+def rdp_to_dp(orders, rdp, delta: float, conversion: str = "classic") -> tuple[float, float]:
+    """(eps, best order) from an RDP curve.
+
+    `classic`: eps = min_a rdp(a) + log(1/delta)/(a-1) (Mironov 2017; the thesis' moments accountant).
+    `balle2020`: eps = min_a rdp(a) + log((a-1)/a) - (log delta + log a)/(a-1) (Opacus >= 1.0).
+    """
+    a = np.asarray(orders, dtype=float)
+    r = np.asarray(rdp, dtype=float)
+    if conversion == "classic":
+        eps = r + math.log(1 / delta) / (a - 1)
+    elif conversion == "balle2020":
+        eps = r + np.log1p(-1 / a) - (math.log(delta) + np.log(a)) / (a - 1)
+    else:
+        raise ValueError(f"unknown RDP conversion {conversion!r}; allowed: classic, balle2020")
+    i = int(np.nanargmin(eps))
+    return max(float(eps[i]), 0.0), float(a[i])
+
+
+def pure_dp_rdp(eps: float, orders) -> np.ndarray:
+    """RDP curve of an eps-DP mechanism: min(eps, a eps^2 / 2) (via eps^2/2-zCDP)."""
+    a = np.asarray(orders, dtype=float)
+    return np.minimum(eps, a * eps**2 / 2)
