@@ -25,6 +25,8 @@ class Plugin:
       generator:  `sample(n, rng) -> pandas.DataFrame` with the input's discrete schema;
       graph:      attribute `adjacency` (p x p 0/1 skeleton) and `cpdag` after fit.
     `extra_metrics()` may return plugin-specific numbers (flat name -> number) for metrics.json and
+    A plugin may define `evaluate(train, test, rng) -> dict` to replace its kind's default evaluation
+    (evaluate.py), e.g. to add the metrics its family's spec asks for.
     `artifacts(run_dir)` may write small files (weights, graphs, curves) into the run folder.
     """
 

@@ -1,0 +1,5 @@
+import sys
+
+from privfair_cli.main import main
+
+sys.exit(main())

@@ -1,0 +1,217 @@
+"""The `privfair` command: run | list | report | reproduce.
+
+`run` hands its arguments to Hydra (every Hydra override, `-m/--multirun`, `hydra.run.dir=`, ...). Before
+Hydra starts, the overrides are checked and the config composed and validated once per swept value, so a bad
+value fails in a fraction of a second with one line, before any data is touched. Errors print one line and
+exit non-zero; `--debug` (or HYDRA_FULL_ERROR=1) shows the traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from privfair_cli.errors import ConfigError, PrivfairError
+
+GROUPS = ("data", "algo", "mechanism", "budget", "experiment")
+EXIT_ERROR = 2
+
+
+def config_dir() -> Path:
+    env = os.environ.get("PRIVFAIR_CONFIG_DIR")
+    return Path(env) if env else Path(__file__).resolve().parent.parent / "configs"
+
+
+def group_options(group: str) -> list[str]:
+    return sorted(p.stem for p in (config_dir() / group).glob("*.yaml"))
+
+
+# ------------------------------------------------------------------------------------------ validation
+def _split_overrides(overrides: list[str]):
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    try:
+        return OverridesParser.create().parse_overrides(overrides)
+    except Exception as err:  # hydra's parse errors carry a multi-line message
+        raise ConfigError(f"cannot parse overrides: {str(err).strip().splitlines()[0]}") from None
+
+
+def _values(override) -> list[str]:
+    if override.is_sweep_override():
+        return [str(v) for v in override.sweep_string_iterator()]
+    return [override.get_value_element_as_str()]
+
+
+def compose(overrides: list[str]):
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(str(config_dir()), version_base=None):
+            return hydra_compose("config", overrides=overrides)
+    except Exception as err:
+        lines = [ln.strip() for ln in str(err).strip().splitlines() if ln.strip()]
+        raise ConfigError(lines[0] if lines else type(err).__name__) from None
+    finally:
+        GlobalHydra.instance().clear()
+
+
+def prevalidate(overrides: list[str]) -> None:
+    """Check group choices and every swept value, then compose and validate each variant (no data read)."""
+    from privfair_cli import schema
+
+    parsed = _split_overrides(overrides)
+    base, variants = [], []
+    for ov in parsed:
+        key = ov.get_key_element().lstrip("+~")
+        values = _values(ov)
+        if key in GROUPS:
+            options = group_options(key)
+            for v in values:
+                if v not in options:
+                    raise ConfigError(f"{key}={v!r} is unknown; allowed: {', '.join(options)}")
+        if key.startswith("hydra"):
+            continue
+        prefix = ov.input_line.split("=", 1)[0]
+        base.append(f"{prefix}={values[0]}")
+        variants += [(len(base) - 1, f"{prefix}={v}") for v in values[1:]]
+    schema.validate(compose(base))
+    for i, line in variants:
+        schema.validate(compose(base[:i] + [line] + base[i + 1:]))
+
+
+# ------------------------------------------------------------------------------------------ run
+def run_hydra(args: list[str], debug: bool) -> int:
+    import hydra
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.core.hydra_config import HydraConfig
+
+    from privfair_cli import runner
+
+    multirun = any(a in ("-m", "--multirun") for a in args)
+    overrides = [a for a in args if a not in ("-m", "--multirun")]
+    if any(a.startswith("-") and "=" not in a for a in overrides):
+        bad = next(a for a in overrides if a.startswith("-") and "=" not in a)
+        raise ConfigError(f"unknown option {bad}; `privfair run` takes Hydra overrides key=value and -m")
+    prevalidate(overrides)
+
+    @hydra.main(config_path=str(config_dir()), config_name="config", version_base=None)
+    def job(cfg):
+        run_dir = Path(HydraConfig.get().runtime.output_dir)
+        try:
+            record = runner.run(cfg, run_dir)
+        except PrivfairError as err:
+            if debug:
+                raise
+            print(f"privfair: error: {err}", file=sys.stderr)
+            raise SystemExit(EXIT_ERROR) from None
+        if record is not None:
+            _print_record(record, run_dir)
+
+    GlobalHydra.instance().clear()
+    argv = sys.argv
+    sys.argv = ["privfair"] + (["--multirun"] if multirun else []) + overrides
+    try:
+        job()
+    finally:
+        sys.argv = argv
+        GlobalHydra.instance().clear()
+    return 0
+
+
+def _print_record(record: dict, run_dir: Path) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    m = record["metrics"]
+    keys = [k for k in ("accuracy", "risk_difference", "dtpr", "dfpr", "tvd_1way", "tvd_2way",
+                        "edge_tpr", "edge_fdr", "shd") if k in m]
+    table = Table(title=f"{record['algo']} on {record['data']}, eps={record['eps']:g}, seed={record['seed']}")
+    for k in keys + ["eps_spent", "seconds"]:
+        table.add_column(k, justify="right")
+    fmt = [("nan" if m[k] is None else f"{m[k]:.4f}") for k in keys]
+    table.add_row(*fmt, f"{record['privacy']['eps_spent']:.4g}", f"{record['timings']['total']:.2f}")
+    Console().print(table)
+    print(f"results: {run_dir}")
+
+
+# ------------------------------------------------------------------------------------------ list / report
+def cmd_list(_args) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from privfair_cli import registry
+
+    console = Console()
+    plugins = registry.load_plugins()
+    t = Table(title="algorithms (algo=)")
+    for col in ("name", "task kind", "mechanisms", "needs delta", "CUDA", "module"):
+        t.add_column(col)
+    for name in sorted(plugins):
+        i = registry.info(plugins[name])
+        t.add_row(i.name, i.kind, ", ".join(i.mechanisms) or "none (non-private)",
+                  "yes" if i.needs_delta else "no", "yes" if i.cuda else "no", i.module)
+    console.print(t)
+    for group in ("data", "mechanism", "budget", "experiment"):
+        console.print(f"[bold]{group}=[/bold] " + ", ".join(group_options(group)))
+    return 0
+
+
+def cmd_report(args) -> int:
+    from privfair_cli import report
+
+    report.report(Path(args.path), metrics=args.metrics.split(",") if args.metrics else None)
+    return 0
+
+
+def cmd_reproduce(args) -> int:
+    from privfair_cli import reproduce
+
+    names = group_options("experiment") if args.name == "all" else [args.name]
+    if args.name != "all" and args.name not in group_options("experiment"):
+        raise ConfigError(f"experiment {args.name!r} is unknown; allowed: all, "
+                          f"{', '.join(group_options('experiment'))}")
+    for name in names:
+        reproduce.reproduce(name, args.overrides, debug=args.debug)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="privfair", description="experiment runner for private and fair ML")
+    p.add_argument("--debug", action="store_true", help="show full tracebacks")
+    sub = p.add_subparsers(dest="command", required=True)
+    r = sub.add_parser("run", help="one run, or a sweep with -m (Hydra overrides: key=value ...)")
+    r.add_argument("overrides", nargs=argparse.REMAINDER)
+    sub.add_parser("list", help="algorithms, datasets, mechanisms, experiments")
+    rep = sub.add_parser("report", help="aggregate the runs under PATH into mean ± std tables")
+    rep.add_argument("path")
+    rep.add_argument("--metrics", help="comma-separated metric names (default: the main ones)")
+    rp = sub.add_parser("reproduce", help="run a paper-table experiment and compare with the published numbers")
+    rp.add_argument("name", help="experiment name (see `privfair list`) or `all`")
+    rp.add_argument("overrides", nargs=argparse.REMAINDER, help="extra Hydra overrides, e.g. seed='range(3)'")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in argv or os.environ.get("HYDRA_FULL_ERROR") == "1"
+    argv = [a for a in argv if a != "--debug"]
+    args = build_parser().parse_args(argv)
+    args.debug = debug
+    try:
+        if args.command == "run":
+            return run_hydra(args.overrides, debug)
+        return {"list": cmd_list, "report": cmd_report, "reproduce": cmd_reproduce}[args.command](args)
+    except PrivfairError as err:
+        if debug:
+            raise
+        print(f"privfair: error: {err}", file=sys.stderr)
+        return EXIT_ERROR
+
+
+if __name__ == "__main__":
+    sys.exit(main())
