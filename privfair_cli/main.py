@@ -44,7 +44,7 @@ def _values(override) -> list[str]:
     return [override.get_value_element_as_str()]
 
 
-def compose(overrides: list[str]):
+def compose(overrides: list[str], with_hydra: bool = False):
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
@@ -52,7 +52,7 @@ def compose(overrides: list[str]):
     GlobalHydra.instance().clear()
     try:
         with initialize_config_dir(str(config_dir()), version_base=None):
-            return hydra_compose("config", overrides=overrides)
+            return hydra_compose("config", overrides=overrides, return_hydra_config=with_hydra)
     except Exception as err:
         lines = [ln.strip() for ln in str(err).strip().splitlines() if ln.strip()]
         raise ConfigError(lines[0] if lines else type(err).__name__) from None
@@ -60,11 +60,17 @@ def compose(overrides: list[str]):
         GlobalHydra.instance().clear()
 
 
-def prevalidate(overrides: list[str]) -> None:
-    """Check group choices and every swept value, then compose and validate each variant (no data read)."""
+def prevalidate(overrides: list[str], multirun: bool = False) -> None:
+    """Check group choices and every swept value (from the command line and, in a multirun, from the
+    experiment's `hydra.sweeper.params`), composing and validating each variant; no data is read."""
     from privfair_cli import schema
 
     parsed = _split_overrides(overrides)
+    if multirun:
+        firsts = [f"{ov.input_line.split('=', 1)[0]}={_values(ov)[0]}" for ov in parsed]
+        params = compose(firsts, with_hydra=True).hydra.sweeper.get("params") or {}
+        given = {ov.get_key_element().lstrip("+~") for ov in parsed}
+        parsed += _split_overrides([f"{k}={v}" for k, v in params.items() if k not in given])
     base, variants = [], []
     for ov in parsed:
         key = ov.get_key_element().lstrip("+~")
@@ -97,7 +103,7 @@ def run_hydra(args: list[str], debug: bool) -> int:
     if any(a.startswith("-") and "=" not in a for a in overrides):
         bad = next(a for a in overrides if a.startswith("-") and "=" not in a)
         raise ConfigError(f"unknown option {bad}; `privfair run` takes Hydra overrides key=value and -m")
-    prevalidate(overrides)
+    prevalidate(overrides, multirun)
 
     @hydra.main(config_path=str(config_dir()), config_name="config", version_base=None)
     def job(cfg):

@@ -1,0 +1,59 @@
+"""`privfair report PATH`: mean ± std over seeds per (algo, data, eps, other swept keys)."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pandas as pd
+
+from privfair_cli import results
+from privfair_cli.errors import PrivfairError
+
+MAIN_METRICS = ("accuracy", "risk_difference", "dtpr", "dfpr", "tvd_1way", "tvd_2way", "edge_tpr", "edge_fpr",
+                "edge_tdr", "edge_fdr", "shd", "eps_spent")
+
+
+def _fmt(mean: float, std: float) -> str:
+    if mean is None or (isinstance(mean, float) and math.isnan(mean)):
+        return "–"
+    return f"{mean:.4f}" if std is None or math.isnan(std) else f"{mean:.4f} ± {std:.4f}"
+
+
+def report(path: Path, metrics: list[str] | None = None) -> pd.DataFrame:
+    from rich.console import Console
+    from rich.table import Table
+
+    df = results.collect(path)
+    if df.empty:
+        raise PrivfairError(f"no complete runs (metrics.json) under {path}")
+    if metrics is None:
+        metrics = [m for m in MAIN_METRICS if m in df.columns and df[m].notna().any()]
+    else:
+        unknown = [m for m in metrics if m not in df.columns]
+        if unknown:
+            raise PrivfairError(f"metric(s) {unknown} not in these runs; available: "
+                                f"{', '.join(c for c in df.columns if c not in ('run_dir',))}")
+    summary = results.summarise(df, metrics)
+    keys = [c for c in summary.columns if not c.endswith(("_mean", "_std"))]
+    results.atomic_write(Path(path) / "summary.csv", summary.to_csv(index=False))
+    display = summary[keys].copy()
+    for m in metrics:
+        display[m] = [_fmt(a, b) for a, b in zip(summary[f"{m}_mean"], summary[f"{m}_std"], strict=True)]
+    results.atomic_write(Path(path) / "summary.md", markdown(display))
+    table = Table(title=f"{len(df)} runs under {path}")
+    for col in display.columns:
+        table.add_column(str(col), justify="right" if col in metrics or col == "runs" else "left")
+    for row in display.itertuples(index=False):
+        table.add_row(*[str(v) for v in row])
+    Console(width=max(120, 20 * len(display.columns))).print(table)
+    print(f"wrote {Path(path) / 'summary.csv'} and summary.md")
+    return summary
+
+
+def markdown(df: pd.DataFrame) -> str:
+    """A GitHub-style Markdown table (no extra dependency)."""
+    cols = [str(c) for c in df.columns]
+    lines = ["| " + " | ".join(cols) + " |", "|" + "|".join("---" for _ in cols) + "|"]
+    lines += ["| " + " | ".join(str(v) for v in row) + " |" for row in df.itertuples(index=False)]
+    return "\n".join(lines) + "\n"
