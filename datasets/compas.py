@@ -1,0 +1,42 @@
+"""COMPAS (ProPublica `compas-scores-two-years.csv`) in the FairML layout PreFair uses (prefair.md §8.2).
+
+The standard ProPublica filter (|days_b_screening_arrest| <= 30, is_recid != -1, c_charge_degree != 'O',
+score_text != 'N/A') leaves 6,172 rows. Columns as in `propublica_data_for_fairml.csv`: Two_yr_Recidivism,
+Number_of_Priors, score_factor (score_text Medium/High), Age_Above_FourtyFive, Age_Below_TwentyFive, Sex,
+Misdemeanor (charge degree M) and Race (the FairML dummies collapsed: 0 Caucasian, 1 African-American, 2 Asian,
+3 Hispanic, 4 Native American, 5 Other).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+from privfair_cli.datasets import read_csv_strict
+
+from privfair_cli.errors import DataError
+
+RACE_CODES = {"Caucasian": 0, "African-American": 1, "Asian": 2, "Hispanic": 3, "Native American": 4, "Other": 5}
+
+
+def read(paths, card) -> pd.DataFrame:
+    raw = read_csv_strict(paths[0])
+    keep = (raw["days_b_screening_arrest"].between(-30, 30) & (raw["is_recid"] != -1)
+            & (raw["c_charge_degree"] != "O") & (raw["score_text"] != "N/A"))
+    df = raw[keep].reset_index(drop=True)
+    out = pd.DataFrame({
+        "Two_yr_Recidivism": df["two_year_recid"].astype(int),
+        "Number_of_Priors": df["priors_count"].astype(int),
+        "score_factor": df["score_text"].isin(["Medium", "High"]).astype(int),
+        "Age_Above_FourtyFive": (df["age"] > 45).astype(int),
+        "Age_Below_TwentyFive": (df["age"] < 25).astype(int),
+        "Sex": df["sex"].astype(str),
+        "Misdemeanor": (df["c_charge_degree"] == "M").astype(int),
+        "Race": df["race"].map(RACE_CODES),
+    })
+    if out["Race"].isna().any():
+        raise DataError(f"compas: unknown race value(s) {sorted(set(df['race']) - set(RACE_CODES))}")
+    out["Race"] = out["Race"].astype(np.int64)
+    expected = card.get("rows")
+    if expected and len(out) != expected:
+        raise DataError(f"compas: {len(out)} rows after the ProPublica filter, the card expects {expected}")
+    return out
