@@ -27,7 +27,13 @@ from privfair_cli.errors import ConfigError
 
 COLUMNS = ["table", "dataset", "algorithm", "setting", "metric", "published_mean", "published_std", "ours_mean",
            "ours_std", "deviation", "tolerance", "verdict", "reason"]
-RESULTS_ROOT = Path("results")
+RESULTS_ROOT = Path("results")  # outputs, relative to the working directory like every run folder
+
+
+def published_dir() -> Path:
+    from privfair_cli.main import config_dir
+
+    return config_dir().parent / "results" / "published"
 
 
 def experiment_spec(name: str) -> dict:
@@ -126,7 +132,7 @@ def reproduce(name: str, overrides: list[str], debug: bool = False, run: bool = 
     if run:
         run_hydra(["-m", f"experiment={name}", f"hydra.sweep.dir={out / 'runs'}", *overrides], debug)
     runs = collect_runs(out / "runs", spec)
-    published = pd.read_csv(RESULTS_ROOT / "published" / spec["published"])
+    published = pd.read_csv(published_dir() / spec["published"])
     comparison = compare(runs, published, spec)
     results.atomic_write(out / "comparison.csv", comparison.to_csv(index=False, float_format="%.4f"))
     results.atomic_write(out / "comparison.md", f"# {name}: ours vs published\n\n" + markdown(
