@@ -37,6 +37,7 @@ class Plugin:
     cuda: ClassVar[bool] = False
     private: ClassVar[bool] = True
     accountant: ClassVar[str] = "basic"
+    default_delta: ClassVar[float] = 0.0  # delta used when the run leaves delta=0 (e.g. 1e-9 for MST-style zCDP)
 
     def __init__(self, **params: Any):
         self.params = params

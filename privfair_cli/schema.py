@@ -103,6 +103,8 @@ def validate(cfg: DictConfig) -> RunConfig:
     params = OmegaConf.to_container(cfg.algo, resolve=True)
     name = params.pop("name")
     plugin = registry.get(name)
+    if delta == 0 and plugin.default_delta:
+        delta = float(plugin.default_delta)  # the algorithm's own delta when the run does not set one
     if plugin.needs_delta and delta == 0:
         raise ConfigError(f"algo={name} gives (eps, delta)-DP: set delta > 0 (e.g. delta=1e-5)")
     mechanism = OmegaConf.to_container(cfg.get("mechanism") or {}, resolve=True)
