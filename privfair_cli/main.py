@@ -55,7 +55,7 @@ def compose(overrides: list[str], with_hydra: bool = False):
             return hydra_compose("config", overrides=overrides, return_hydra_config=with_hydra)
     except Exception as err:
         lines = [ln.strip() for ln in str(err).strip().splitlines() if ln.strip()]
-        raise ConfigError(lines[0] if lines else type(err).__name__) from None
+        raise ConfigError(" ".join(lines[:2]) if lines else type(err).__name__) from None
     finally:
         GlobalHydra.instance().clear()
 
@@ -206,7 +206,10 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv or os.environ.get("HYDRA_FULL_ERROR") == "1"
     argv = [a for a in argv if a != "--debug"]
-    args = build_parser().parse_args(argv)
+    if argv and argv[0] == "run" and not {"-h", "--help"} & set(argv[1:]):
+        args = argparse.Namespace(command="run", overrides=argv[1:])  # Hydra's own flags (-m) pass through
+    else:
+        args = build_parser().parse_args(argv)
     args.debug = debug
     try:
         if args.command == "run":

@@ -1,0 +1,110 @@
+"""End to end through the console entry point: run, multirun + resume, report, reproduce, bad input."""
+
+import json
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+
+from privfair_cli.main import main
+from privfair_cli.results import METRICS_KEYS
+from tests.conftest import needs_data
+
+
+def privfair(*args, cwd, check=True):
+    proc = subprocess.run([sys.executable, "-m", "privfair_cli", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=300)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"privfair {' '.join(args)} failed:\n{proc.stdout}\n{proc.stderr}")
+    return proc
+
+
+@needs_data("adult")
+def test_run_writes_complete_results(tmp_path):
+    privfair("run", "algo=lr", "data=adult", "seed=1", "hydra.run.dir=out", cwd=tmp_path)
+    record = json.loads((tmp_path / "out" / "metrics.json").read_text())
+    assert tuple(record) == METRICS_KEYS
+    assert record["algo"] == "lr" and record["data"] == "adult" and record["seed"] == 1
+    for key in ("accuracy", "risk_difference", "dtpr", "dfpr"):
+        assert isinstance(record["metrics"][key], float)
+    assert 0.8 < record["metrics"]["accuracy"] < 0.9
+    assert record["privacy"]["eps_spent"] == 0 and record["privacy"]["ledger"] == []
+    assert set(record["timings"]) >= {"load", "fit", "evaluate", "total"}
+    assert record["env"]["device"] == "cpu"
+    row = pd.read_csv(tmp_path / "out" / "metrics.csv")
+    assert row.loc[0, "accuracy"] == pytest.approx(record["metrics"]["accuracy"])
+    assert "name: lr" in (tmp_path / "out" / "config.yaml").read_text()
+
+
+@needs_data("adult")
+def test_multirun_resume_and_report(tmp_path):
+    args = ["run", "-m", "algo=lr", "data=adult", "seed=0,1", "hydra.sweep.dir=sweep"]
+    privfair(*args, cwd=tmp_path)
+    runs = sorted((tmp_path / "sweep").rglob("metrics.json"))
+    assert len(runs) == 2
+    stamp = [r.stat().st_mtime_ns for r in runs]
+    again = privfair(*args, cwd=tmp_path)
+    assert again.stdout.count("skip (complete)") == 2
+    assert [r.stat().st_mtime_ns for r in runs] == stamp
+    rep = privfair("report", "sweep", cwd=tmp_path)
+    summary = pd.read_csv(tmp_path / "sweep" / "summary.csv")
+    assert len(summary) == 1 and summary.loc[0, "runs"] == 2
+    accs = [json.loads(r.read_text())["metrics"]["accuracy"] for r in runs]
+    assert summary.loc[0, "accuracy_mean"] == pytest.approx(sum(accs) / 2)
+    assert "accuracy" in (tmp_path / "sweep" / "summary.md").read_text()
+    assert "lr" in rep.stdout
+
+
+@needs_data("adult")
+def test_reproduce_subset(tmp_path):
+    privfair("reproduce", "xu2021_table8_1", "seed=range(2)", "data=adult", cwd=tmp_path)
+    comp = pd.read_csv(tmp_path / "results" / "reproduce" / "xu2021_table8_1" / "comparison.csv")
+    assert list(comp.columns)[:12] == ["table", "dataset", "algorithm", "setting", "metric", "published_mean",
+                                       "published_std", "ours_mean", "ours_std", "deviation", "tolerance", "verdict"]
+    adult = comp[(comp.dataset == "Adult") & (comp.algorithm == "lr")]
+    assert set(adult.verdict) <= {"match", "deviates"}
+    acc = adult[adult.metric == "accuracy"].iloc[0]
+    assert abs(acc.ours_mean - acc.published_mean) < 0.03  # plain LR on Adult is close to the published 0.838
+
+
+@pytest.mark.parametrize("override,message", [
+    ("eps=0", "eps=0.0 must be > 0"),
+    ("eps=-1", "must be > 0"),
+    ("delta=1", "delta=1.0 must be in [0, 1)"),
+    ("algo=nope", "algo='nope' is unknown; allowed:"),
+    ("data=nope", "data='nope' is unknown; allowed:"),
+    ("data.n=-5", "data.n=-5 must be a non-negative integer"),
+    ("data.label=null", "data.label is missing"),
+    ("~data.sensitive", "data.sensitive is missing"),
+    ("device=tpu", "device='tpu' is unknown"),
+    ("seed=abc", "seed='abc' is not an integer"),
+    ("nokey=1", "nokey"),
+])
+def test_bad_input_one_line_no_traceback(tmp_path, monkeypatch, capsys, override, message):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr("privfair_cli.datasets.load", lambda *a: pytest.fail("data was touched"))
+    assert main(["run", "algo=lr", override]) != 0
+    err = capsys.readouterr().err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert message in lines[0]
+    assert "Traceback" not in err
+    assert not (tmp_path / "results").exists()  # failed before any run folder was made
+
+
+def test_bad_sweep_value_fails_before_running(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert main(["run", "-m", "algo=lr", "eps=1,0"]) != 0
+    assert "eps=0.0 must be > 0" in capsys.readouterr().err
+    assert not (tmp_path / "results").exists()
+
+
+def test_debug_shows_traceback(tmp_path):
+    proc = privfair("--debug", "run", "algo=lr", "eps=0", cwd=tmp_path, check=False)
+    assert proc.returncode != 0 and "Traceback" in proc.stderr
+
+
+def test_list_shows_registry(tmp_path):
+    out = privfair("list", cwd=tmp_path).stdout
+    assert "lr" in out and "classifier" in out and "adult" in out and "xu2021_table8_1" in out
