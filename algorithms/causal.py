@@ -277,7 +277,7 @@ class PCFamily(Plugin):
         if name == "fisher_z":
             return FisherZ(np.corrcoef(np.asarray(data.X, float), rowvar=False), len(data))
         codes, cats = categorical_view(data)
-        return GSquare(codes, cats, name, float(self.params.get("n_min_factor", 10)))
+        return GSquare(codes, cats, name, float(self.params.get("n_min_factor", 10)), self.params.get("df", "fixed"))
 
     def learn(self, data, budget, ledger, rng):
         """(adjacency, sepset, stats) of the private or non-private skeleton phase."""
@@ -325,6 +325,31 @@ class PC(PCFamily):
         return skeleton(self.data_test(data), self.tau, self.max_order)
 
 
+def noisy_contingency_table(codes: np.ndarray, cats, eps: float, rng, ledger) -> np.ndarray:
+    """The full contingency table (shape `cats`, float32) plus Lap(1/eps) on every cell, empty ones included.
+    The Laplace mechanism (sensitivity 1) is recorded once; its noise is drawn in chunks so that a table of
+    2^29 cells never needs a float64 copy."""
+    shape = tuple(int(c) for c in cats)
+    cells = int(np.prod(shape))
+    table = np.bincount(np.ravel_multi_index(codes.T, shape), minlength=cells).astype(np.float32)
+    ledger.spend_pure("laplace", eps, 1.0, f"full contingency table ({cells} cells)")
+    chunk = 1 << 24
+    for lo in range(0, cells, chunk):
+        table[lo:lo + chunk] += rng.laplace(0.0, 1.0 / eps, size=min(chunk, cells - lo))
+    return table.reshape(shape)
+
+
+def noisy_covariance(X: np.ndarray, eps: float, rng, ledger) -> np.ndarray:
+    """Sample covariance (ddof 1) plus Laplace noise on its lower triangle, mirrored; sensitivity
+    p(p+1)/(2(n-1)) from Eq. 4.5, valid for records with ||x||^2 <= p."""
+    n, p = X.shape
+    sigma = np.cov(X, rowvar=False, ddof=1)
+    lower = np.tril_indices(p)
+    noisy = np.zeros((p, p))
+    noisy[lower] = laplace(sigma[lower], p * (p + 1) / (2 * (n - 1)), eps, rng, ledger, "covariance lower triangle")
+    return np.tril(noisy) + np.tril(noisy, -1).T
+
+
 @register
 class LapMech(PCFamily):
     """`lapmech`: Laplace(1/eps) on every cell of the full contingency table, then PC on its marginals."""
@@ -339,15 +364,8 @@ class LapMech(PCFamily):
         if cells > max_cells:
             raise DataError(f"lapmech: the full table has {cells:.3g} cells > algo.max_cells={max_cells}; "
                             "use fewer/smaller variables (the dataset card's category cap)")
-        flat = np.ravel_multi_index(codes.T, tuple(int(c) for c in cats))
-        table = np.bincount(flat, minlength=cells).astype(np.float32)
-        # The Laplace mechanism (sensitivity 1), recorded once, its noise drawn in chunks so that a table of
-        # up to max_cells float32 cells never needs a float64 copy.
-        ledger.spend_pure("laplace", budget.eps, 1.0, f"full contingency table ({cells} cells)")
-        chunk = 1 << 24
-        for lo in range(0, cells, chunk):
-            table[lo:lo + chunk] += rng.laplace(0.0, 1.0 / budget.eps, size=min(chunk, cells - lo))
-        test = NoisyTableGSquare(table.reshape(tuple(int(c) for c in cats)), len(codes),
+        table = noisy_contingency_table(codes, cats, budget.eps, rng, ledger)
+        test = NoisyTableGSquare(table, len(codes),
                                  self.params.get("ci_test_stat", "g2"), float(self.params.get("n_min_factor", 10)))
         adj, sep, stats = skeleton(test, self.tau, self.max_order)
         return adj, sep, stats | {"table_cells": cells}
@@ -366,12 +384,7 @@ class PrivPCStar(PCFamily):
         if self.params.get("row_clip", False):
             X = (X - X.mean(0)) / X.std(0, ddof=1)
             X = X / np.maximum(1.0, np.linalg.norm(X, axis=1) / np.sqrt(p))[:, None]
-        sigma = np.cov(X, rowvar=False, ddof=1)
-        sens = p * (p + 1) / (2 * (n - 1))
-        lower = np.tril_indices(p)
-        noisy = np.zeros((p, p))
-        noisy[lower] = laplace(sigma[lower], sens, budget.eps, rng, ledger, "covariance lower triangle")
-        noisy = np.tril(noisy) + np.tril(noisy, -1).T
+        noisy = noisy_covariance(X, budget.eps, rng, ledger)
         var = np.diag(noisy)
         with np.errstate(invalid="ignore"):
             rho = noisy / np.sqrt(np.outer(var, var))

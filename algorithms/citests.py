@@ -5,7 +5,8 @@ indices and `S` is a (T, ord) array of conditioning sets (one order per call). T
 only talks to this interface, so the private variants plug in as tests:
 
 - `GSquare`: G^2 (or Pearson chi^2) on the data's 3-way tables, pcalg `gSquareDis` semantics including the
-  small-sample rule (p-value 1 when n < n_min_factor * df);
+  small-sample rule (p-value 1 when n < n_min_factor * df); `df: adaptive` counts only observed rows/columns
+  per stratum instead (causal-learn's `gsq`, used for the peer check);
 - `NoisyTableGSquare` (`lapmech`): the same statistic on marginals of one noisy full contingency table;
 - `FisherZ` (`pc` on Gaussian data, `privpc_star`): partial correlation from a (possibly noisy) correlation
   matrix, pcalg `pcorOrder` + `zStat` + `gaussCItest`.
@@ -42,19 +43,30 @@ def chi2_statistic(N: np.ndarray) -> np.ndarray:
 STATISTICS = {"g2": g2_statistic, "chi2": chi2_statistic}
 
 
+def adaptive_df(N: np.ndarray) -> np.ndarray:
+    """Degrees of freedom from the observed table (causal-learn's rule, without its +1 per empty stratum):
+    sum over non-empty strata of (non-empty rows - 1)(non-empty columns - 1)."""
+    rows = (N.sum(3) > 0).sum(2)
+    cols = (N.sum(2) > 0).sum(2)
+    return (np.maximum(rows - 1, 0) * np.maximum(cols - 1, 0)).sum(1)
+
+
 class TableTest:
     """Shared part of the categorical tests: degrees of freedom, the small-sample rule, p-values from tables.
 
     Tables are laid out with every axis padded to the largest category count `C`: shape (T, C^ord, C, C);
     padded cells stay empty, which changes neither statistic."""
 
-    def __init__(self, cats, n: int, statistic: str = "g2", n_min_factor: float = 10):
+    def __init__(self, cats, n: int, statistic: str = "g2", n_min_factor: float = 10, df: str = "fixed"):
         self.cats = np.asarray(cats, dtype=np.int64)
         self.C = int(self.cats.max())
         self.n = int(n)
         self.n_vars = len(self.cats)
         self.statistic = STATISTICS[statistic]
         self.n_min_factor = float(n_min_factor)
+        if df not in ("fixed", "adaptive"):
+            raise ValueError(f"df={df!r}: allowed fixed (pcalg), adaptive (causal-learn)")
+        self.df_mode = df
 
     def tables(self, x, y, S) -> np.ndarray:
         raise NotImplementedError
@@ -71,8 +83,9 @@ class TableTest:
         pv = np.ones(len(x))
         ok = self.computed(x, y, S)
         if ok.any():
-            stat = self.statistic(self.tables(x[ok], y[ok], S[ok]))
-            pv[ok] = chi2.sf(stat, self.df(x[ok], y[ok], S[ok]))
+            N = self.tables(x[ok], y[ok], S[ok])
+            df = self.df(x[ok], y[ok], S[ok]) if self.df_mode == "fixed" else adaptive_df(N)
+            pv[ok] = np.where(df > 0, chi2.sf(self.statistic(N), np.maximum(df, 1)), 1.0)
         return pv
 
     def valid_cells(self, x, y, S) -> np.ndarray:
@@ -88,9 +101,10 @@ class TableTest:
 class GSquare(TableTest):
     """G^2 / chi^2 test on integer-coded data `codes` (n, p) with public category counts `cats`."""
 
-    def __init__(self, codes, cats, statistic: str = "g2", n_min_factor: float = 10, max_batch_cells: int = 4_000_000):
+    def __init__(self, codes, cats, statistic: str = "g2", n_min_factor: float = 10, df: str = "fixed",
+                 max_batch_cells: int = 4_000_000):
         codes = np.asarray(codes, dtype=np.int64)
-        super().__init__(cats, len(codes), statistic, n_min_factor)
+        super().__init__(cats, len(codes), statistic, n_min_factor, df)
         self.codes = codes
         self.max_batch_cells = max_batch_cells
 

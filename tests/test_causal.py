@@ -1,0 +1,236 @@
+"""Causal discovery family (privpc.md): CI tests against scipy, the PC skeleton against causal-learn, PrivPC's
+limit, the exponential mechanism's frequencies, the Laplace noise scales, both metric readings."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+from privfair_cli.algorithms import causal, citests
+from privfair_cli.datasets import synthetic_categorical, synthetic_gaussian
+from scipy import stats
+
+from privfair_cli.privacy import Budget, PrivacyLedger
+from privfair_cli.privacy.mechanisms import exponential, exponential_probabilities
+
+
+def categorical_data(seed, p=6, s=0.3, n=5000, low=2, high=4):
+    card = {"name": "t", "p": p, "s": s, "n": n, "cats": {"low": low, "high": high}}
+    table = synthetic_categorical.generate(card, np.random.default_rng(seed))
+    return table, table.frame.to_numpy(), np.array([table.domain[c] for c in table.frame.columns])
+
+
+def gaussian_data(seed, p=8, s=0.3, n=2000):
+    rng = np.random.default_rng(seed)
+    W = synthetic_gaussian.random_dag(p, s, rng)
+    return W, synthetic_gaussian.sample_linear_gaussian(W, n, rng)
+
+
+# ---------------------------------------------------------------------------------------------- CI tests
+def test_g2_and_chi2_match_scipy_on_two_way_tables():
+    rng = np.random.default_rng(0)
+    codes = np.column_stack([rng.integers(0, 3, 400), rng.integers(0, 4, 400)])
+    codes[:150, 1] = codes[:150, 0]  # some dependence
+    obs = np.zeros((3, 4))
+    np.add.at(obs, (codes[:, 0], codes[:, 1]), 1)
+    for stat, lam in (("g2", "log-likelihood"), ("chi2", "pearson")):
+        ref_stat, ref_p, ref_df, _ = stats.chi2_contingency(obs, correction=False, lambda_=lam)
+        test = citests.GSquare(codes, [3, 4], stat, n_min_factor=0)
+        N = test.tables(np.array([0]), np.array([1]), np.zeros((1, 0), int))
+        assert test.statistic(N)[0] == pytest.approx(ref_stat, rel=1e-10)
+        assert test.pvalues([0], [1], np.zeros((1, 0), int))[0] == pytest.approx(ref_p, rel=1e-8)
+        assert test.df(np.array([0]), np.array([1]), np.zeros((1, 0), int))[0] == ref_df
+
+
+def test_conditional_g2_is_the_sum_over_strata_of_scipy_g2():
+    table, codes, cats = categorical_data(1, p=5, n=3000)
+    test = citests.GSquare(codes, cats, "g2", n_min_factor=0)
+    for x, y, z in [(0, 1, 2), (3, 4, 0), (1, 3, 4)]:
+        strata = [codes[codes[:, z] == v] for v in range(cats[z])]
+        g2 = 0.0
+        for rows in strata:
+            obs = np.zeros((cats[x], cats[y]))
+            np.add.at(obs, (rows[:, x], rows[:, y]), 1)
+            obs = obs[obs.sum(1) > 0][:, obs.sum(0) > 0]
+            if min(obs.shape) > 1:
+                g2 += stats.chi2_contingency(obs, correction=False, lambda_="log-likelihood")[0]
+        df = (cats[x] - 1) * (cats[y] - 1) * cats[z]
+        got = test.pvalues(np.array([x]), np.array([y]), np.array([[z]]))[0]
+        assert got == pytest.approx(stats.chi2.sf(g2, df), rel=1e-8, abs=1e-300)
+
+
+def test_small_sample_rule_returns_pvalue_one():
+    _, codes, cats = categorical_data(2, p=5, n=300, low=4, high=4)  # df at order 2 = 9 * 16 = 144 -> n_min 1440
+    test = citests.GSquare(codes, cats, "g2", n_min_factor=10)
+    S = np.array([[2, 3]])
+    assert test.pvalues(np.array([0]), np.array([1]), S)[0] == 1.0
+    assert citests.GSquare(codes, cats, "g2", n_min_factor=0).pvalues(np.array([0]), np.array([1]), S)[0] < 1
+
+
+def test_fisher_z_matches_regression_residuals_and_scipy():
+    _, X = gaussian_data(3, p=6, n=500)
+    test = citests.FisherZ(np.corrcoef(X, rowvar=False), len(X))
+    for x, y, S in [(0, 1, ()), (0, 5, (2,)), (1, 4, (0, 2)), (2, 3, (0, 1, 5))]:
+        Z = np.column_stack([np.ones(len(X)), X[:, list(S)]])
+        res = [X[:, v] - Z @ np.linalg.lstsq(Z, X[:, v], rcond=None)[0] for v in (x, y)]
+        r = stats.pearsonr(*res).statistic
+        z = np.sqrt(len(X) - len(S) - 3) * np.arctanh(r)
+        got = test.pvalues(np.array([x]), np.array([y]), np.array([S], dtype=int).reshape(1, -1))[0]
+        assert got == pytest.approx(2 * stats.norm.sf(abs(z)), rel=1e-6)
+
+
+def test_nan_correlation_means_independence():
+    C = np.eye(3)
+    C[0, 1] = C[1, 0] = np.nan
+    test = citests.FisherZ(C, 100)
+    assert test.pvalues(np.array([0]), np.array([1]), np.zeros((1, 0), int))[0] == pytest.approx(1.0)
+    assert test.pvalues(np.array([0]), np.array([1]), np.array([[2]]))[0] == pytest.approx(1.0)
+
+
+# ---------------------------------------------------------------------------------------------- PC core
+def test_subsets_in_lexicographic_order():
+    assert causal.subsets(5, 3).tolist() == [list(c) for c in itertools.combinations(range(5), 3)]
+    assert causal.subsets(4, 0).shape == (1, 0)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_pc_skeleton_equals_causal_learn(seed):
+    cl = pytest.importorskip("causallearn.search.ConstraintBased.PC", reason="causal-learn is not installed")
+    _, X = gaussian_data(seed, p=10, s=0.3, n=2000)
+    ours, _, _ = causal.skeleton(citests.FisherZ(np.corrcoef(X, rowvar=False), len(X)), 0.01)
+    theirs = cl.pc(X, 0.01, "fisherz", stable=True, show_progress=False).G.graph != 0
+    assert (ours == theirs).all()
+    # G^2 with causal-learn's df rule and without the small-sample rule (causal-learn has none)
+    _, codes, cats = categorical_data(seed, p=7, s=0.3, n=4000, high=3)
+    ours, _, _ = causal.skeleton(citests.GSquare(codes, cats, "g2", 0, "adaptive"), 0.01)
+    theirs = cl.pc(codes.astype(float), 0.01, "gsq", stable=True, show_progress=False).G.graph != 0
+    assert (ours == theirs).all()
+
+
+def test_orientation_collider_and_meek_rule_1():
+    # 0 -> 2 <- 1, 2 - 3: collider at 2 (2 not in sepset(0, 1)); R1 then orients 2 -> 3.
+    adj = np.zeros((4, 4), bool)
+    for i, j in [(0, 2), (1, 2), (2, 3)]:
+        adj[i, j] = adj[j, i] = True
+    sep = {(0, 1): (), (1, 0): (), (0, 3): (2,), (3, 0): (2,), (1, 3): (2,), (3, 1): (2,)}
+    A = causal.orient(adj, sep)
+    assert A[0, 2] and not A[2, 0] and A[1, 2] and not A[2, 1] and A[2, 3] and not A[3, 2]
+    # chain 0 - 2 - 1 with 2 in the sepset stays undirected
+    A = causal.orient(adj[:3, :3], {(0, 1): (2,), (1, 0): (2,)})
+    assert A[0, 2] and A[2, 0]
+
+
+# ---------------------------------------------------------------------------------------------- metrics
+def test_metric_readings_on_the_adult_counts():
+    """Thesis 4.6.3: reference 31 edges, PrivPC 28 edges, 22 shared, p = 14: printed 0.786 / 0.143 / 0.710."""
+    pairs = list(zip(*np.triu_indices(14, 1), strict=True))
+    true, est = np.zeros((14, 14), int), np.zeros((14, 14), int)
+    for i, j in pairs[:31]:
+        true[i, j] = 1
+    for i, j in pairs[9:37]:
+        est[i, j] = 1
+    m = causal.skeleton_metrics(est, true)
+    assert (m["true_edges"], m["num_edges"], m["shared_edges"]) == (31, 28, 22)
+    assert m["tpr_pub"] == pytest.approx(0.786, abs=5e-4) and m["tdr_pub"] == pytest.approx(0.710, abs=5e-4)
+    assert m["fpr_pub"] == pytest.approx(0.143, abs=5e-4)
+    assert m["tpr_textbook"] == m["tdr_pub"] and m["tdr_textbook"] == m["tpr_pub"]
+    assert m["fpr_textbook"] == pytest.approx(6 / (91 - 31))
+    assert m["fdr_textbook"] == pytest.approx(1 - m["tdr_textbook"])
+
+
+# ---------------------------------------------------------------------------------------------- privacy
+def test_exponential_mechanism_frequencies_match_probabilities():
+    scores = causal.q2_scores(np.array([6.0, 2.0, -1.0, -4.0]), np.array([True, True, False, False]))
+    assert scores.argmax() == 2  # two neighbours judged independent
+    eps, draws = 0.8, 20000
+    probs = exponential_probabilities(scores, 1.0, eps)
+    rng = np.random.default_rng(11)
+    picks = [exponential(scores, 1.0, eps, rng, PrivacyLedger(Budget(eps))) for _ in range(draws)]
+    counts = np.bincount(picks, minlength=len(scores))
+    keep = probs * draws >= 5
+    assert stats.chisquare(counts[keep], probs[keep] / probs[keep].sum() * counts[keep].sum()).pvalue > 1e-3
+
+
+def test_lapmech_noise_scale_and_ledger():
+    _, codes, cats = categorical_data(4, p=4, n=2000)
+    eps = 0.5
+    ledger = PrivacyLedger(Budget(eps))
+    noisy = causal.noisy_contingency_table(codes, cats, eps, np.random.default_rng(5), ledger)
+    exact = np.zeros(tuple(cats))
+    np.add.at(exact, tuple(codes.T), 1)
+    noise = (noisy - exact).ravel()
+    assert noisy.shape == tuple(cats) and noisy.dtype == np.float32
+    assert stats.kstest(noise, stats.laplace(scale=1 / eps).cdf).pvalue > 1e-3
+    assert [(e["mechanism"], e["eps"], e["sensitivity"]) for e in ledger.to_dict()["ledger"]] == [
+        ("laplace", eps, 1.0)]
+
+
+def test_privpc_star_noise_uses_the_thesis_sensitivity():
+    _, X = gaussian_data(6, p=5, n=200)
+    eps = 2.0
+    ledger = PrivacyLedger(Budget(eps))
+    noisy = causal.noisy_covariance(X, eps, np.random.default_rng(7), ledger)
+    assert np.allclose(noisy, noisy.T)
+    (entry,) = ledger.to_dict()["ledger"]
+    assert entry["sensitivity"] == pytest.approx(5 * 6 / (2 * 199))
+    draws = np.array([causal.noisy_covariance(X, eps, np.random.default_rng(s), PrivacyLedger(Budget(eps)))[1, 0]
+                      for s in range(2000)]) - np.cov(X, rowvar=False)[1, 0]
+    assert stats.kstest(draws, stats.laplace(scale=entry["sensitivity"] / eps).cdf).pvalue > 1e-3
+
+
+def _fit(cls, table, eps, **params):
+    plugin = cls(**params)
+    ledger = PrivacyLedger(Budget(eps))
+    plugin.fit(table, Budget(eps), ledger, np.random.default_rng(0))
+    return plugin, ledger
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_privpc_at_large_eps_returns_the_pc_skeleton(seed):
+    table, _, _ = categorical_data(seed, p=6, s=0.3, n=8000)
+    pc, _ = _fit(causal.PC, table, 1.0)
+    priv, ledger = _fit(causal.PrivPC, table, 1e9, max_order=2)
+    assert (priv.adjacency == pc.adjacency).all()
+    assert ledger.spent()[0] <= 1e9 * (1 + 1e-9)
+
+
+def test_privpc_budget_schedule():
+    table, _, _ = categorical_data(8, p=6, s=0.3, n=3000)
+    eps = 1.0
+    priv, ledger = _fit(causal.PrivPC, table, eps, max_order=2)
+    rounds = priv.stats["privpc_rounds"]
+    assert priv.stats["eps_per_round"] == pytest.approx(eps / (6 * 3))
+    assert ledger.spent()[0] == pytest.approx(rounds * eps / 18) and ledger.spent()[0] <= eps
+    assert {e["mechanism"] for e in ledger.to_dict()["ledger"]} == {"exponential"}
+
+
+def test_distance_score_sign_and_greedy_upper_bound():
+    """Near the boundary the greedy count is at least the exact minimum found by breadth-first search."""
+    codes = np.array([[0, 0]] * 30 + [[0, 1]] * 20 + [[1, 0]] * 20 + [[1, 1]] * 26)
+    test = citests.GSquare(codes, [2, 2], "g2", n_min_factor=0)
+    none = np.zeros((1, 0), int)
+    d = citests.distance_scores(test, np.array([0]), np.array([1]), none, 0.01, d_max=50)[0]
+    N0 = test.tables(np.array([0]), np.array([1]), none)[0, 0]
+    crit = stats.chi2.isf(0.01, 1)
+    indep = citests.g2_statistic(N0[None, None])[0] < crit
+    assert (d >= 0) == indep
+    frontier, k = {tuple(N0.ravel())}, 0
+    while True:  # exact k*: fewest +-1 cell changes that flip the decision
+        k += 1
+        frontier = {tuple(np.add(t, m)) for t in frontier for m in np.vstack([np.eye(4), -np.eye(4)])
+                    if min(np.add(t, m)) >= 0}
+        g = citests.g2_statistic(np.array(list(frontier)).reshape(-1, 1, 2, 2))
+        if ((g < crit) != indep).any():
+            break
+    assert abs(d) >= k - 1
+
+
+def test_synthetic_data_depend_on_the_data_stream_only():
+    card = {"name": "synthetic_categorical", "p": 5, "s": 0.4, "n": 100}
+    a = synthetic_categorical.generate(card, np.random.default_rng(3))
+    b = synthetic_categorical.generate(card, np.random.default_rng(3))
+    assert a.frame.equals(b.frame) and (a.meta["true_adjacency"] == b.meta["true_adjacency"]).all()
+    assert a.meta["true_adjacency"].sum() == 4  # round(0.4 * 10) edges, exact
+    A = a.meta["true_adjacency"]
+    assert not np.linalg.matrix_power(A.astype(float), 5).any()  # nilpotent: acyclic
