@@ -1,8 +1,9 @@
 """`lr`: plain, non-private, fairness-unaware logistic regression (pflr.md §2.1; thesis §8.4.1, Eq. 3.9).
 
-Minimises the exact objective sum_i log(1 + exp(x_i^T w)) - y_i x_i^T w with an intercept, by L-BFGS to
-convergence. Deviation: a tiny L2 penalty `l2` (default 1e-6, pflr.md §2.1 allows it) keeps the optimum
-finite on separable data.
+Minimises the exact objective sum_i log(1 + exp(x_i^T w)) - y_i x_i^T w with an intercept (`intercept: false`
+drops it, as the thesis' formulas do, pflr.md A6; with one-hot blocks both give the same classifier), by Newton
+trust-region steps (L-BFGS for d > 200) to convergence. Deviation: a tiny L2 penalty `l2` (default 1e-6,
+pflr.md §2.1 allows it) keeps the optimum finite on separable data.
 """
 
 from __future__ import annotations
@@ -10,17 +11,22 @@ from __future__ import annotations
 import numpy as np
 from scipy.optimize import minimize
 from scipy.special import expit
+from threadpoolctl import threadpool_limits
 
 from privfair_cli.registry import Plugin, register
+
+NEWTON_MAX_D = 200
 
 
 def with_intercept(X: np.ndarray) -> np.ndarray:
     return np.hstack([X, np.ones((X.shape[0], 1))])
 
 
-def fit_logistic(X: np.ndarray, y: np.ndarray, l2: float = 1e-6, sample_weight=None) -> np.ndarray:
-    """Weights (intercept last) of the exact logistic loss, by L-BFGS with the analytic gradient."""
-    Xb = with_intercept(X)
+def fit_logistic(X: np.ndarray, y: np.ndarray, l2: float = 1e-6, sample_weight=None,
+                 intercept: bool = True) -> np.ndarray:
+    """Weights (intercept last, when `intercept`) of the exact logistic loss: Newton trust-region steps with
+    the exact d x d Hessian for d <= NEWTON_MAX_D (a few X^T W X products), L-BFGS beyond."""
+    Xb = with_intercept(X) if intercept else X
     w8 = np.ones(len(y)) if sample_weight is None else np.asarray(sample_weight, float)
 
     def loss(w):
@@ -29,8 +35,16 @@ def fit_logistic(X: np.ndarray, y: np.ndarray, l2: float = 1e-6, sample_weight=N
         g = Xb.T @ (w8 * (expit(z) - y)) + l2 * w
         return f, g
 
-    res = minimize(loss, np.zeros(Xb.shape[1]), jac=True, method="L-BFGS-B",
-                   options={"maxiter": 1000, "gtol": 1e-8})
+    def hess(w):
+        p = expit(Xb @ w)
+        return (Xb * (w8 * p * (1 - p))[:, None]).T @ Xb + l2 * np.eye(len(w))
+
+    w0 = np.zeros(Xb.shape[1])
+    with threadpool_limits(1):  # n x d with small d: threaded BLAS only adds contention
+        if Xb.shape[1] <= NEWTON_MAX_D:
+            res = minimize(loss, w0, jac=True, hess=hess, method="trust-exact", options={"gtol": 1e-8})
+        else:
+            res = minimize(loss, w0, jac=True, method="L-BFGS-B", options={"maxiter": 1000, "gtol": 1e-8})
     return res.x
 
 
@@ -41,11 +55,12 @@ class LogisticRegression(Plugin):
     private = False
 
     def fit(self, data, budget, ledger, rng, device="cpu"):
-        self.w = fit_logistic(data.X, data.y, l2=float(self.params.get("l2", 1e-6)))
+        self.intercept = bool(self.params.get("intercept", True))
+        self.w = fit_logistic(data.X, data.y, l2=float(self.params.get("l2", 1e-6)), intercept=self.intercept)
         return self
 
     def predict_proba(self, X):
-        return expit(with_intercept(X) @ self.w)
+        return expit((with_intercept(X) if self.intercept else X) @ self.w)
 
     def predict(self, X):
         return (self.predict_proba(X) >= 0.5).astype(int)
