@@ -101,10 +101,10 @@ def resolve_files(card: dict) -> list[Path]:
             missing.append(fname)
         paths.append(found)
     if missing:
-        where = " or ".join(str(d) for d in dirs[:1] + [user])
+        where = " or ".join(dict.fromkeys(str(d) for d in (dirs[0], user)))
         raise DataError(
-            f"dataset {card['name']!r} needs file(s) {', '.join(missing)}: put them in {where} "
-            f"(or set PRIVFAIR_DATA_DIR to a folder holding {subdir}/)"
+            f"dataset {card['name']!r} needs file(s) {', '.join(missing)}: none found and no download possible; "
+            f"put them in {where} (or set PRIVFAIR_DATA_DIR to a folder holding {subdir}/)"
         )
     return paths
 
