@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pandas as pd
-from privfair_cli.datasets import read_csv_strict
 
+from privfair_cli.datasets import read_csv_strict
 from privfair_cli.errors import DataError
 
 COLUMNS = [

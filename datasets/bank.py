@@ -7,6 +7,7 @@ age > 25 (privileged), else "upto25".
 from __future__ import annotations
 
 import numpy as np
+
 from privfair_cli.datasets import read_csv_strict
 
 

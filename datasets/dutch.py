@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from privfair_cli.datasets import read_csv_strict
-
 from privfair_cli.errors import DataError
 
 
