@@ -22,12 +22,15 @@ def cdp_delta(rho: float, eps: float) -> float:
         return 0.0
     amin, amax = 1.01, (eps + 1) / (2 * rho) + 2
     for _ in range(1000):
+        state = (amin, amax)
         alpha = (amin + amax) / 2
         derivative = (2 * alpha - 1) * rho - eps + math.log1p(-1.0 / alpha)
         if derivative < 0:
             amin = alpha
         else:
             amax = alpha
+        if (amin, amax) == state:  # fixed point: further iterations change nothing
+            break
     delta = math.exp((alpha - 1) * (alpha * rho - eps) + alpha * math.log1p(-1 / alpha)) / (alpha - 1.0)
     return min(delta, 1.0)
 
@@ -40,11 +43,14 @@ def cdp_eps(rho: float, delta: float) -> float:
         return 0.0
     lo, hi = 0.0, rho + 2 * math.sqrt(rho * math.log(1 / delta))
     for _ in range(1000):
+        state = (lo, hi)
         eps = (lo + hi) / 2
         if cdp_delta(rho, eps) <= delta:
             hi = eps
         else:
             lo = eps
+        if (lo, hi) == state:
+            break
     return hi
 
 
@@ -54,11 +60,14 @@ def cdp_rho(eps: float, delta: float) -> float:
         raise ValueError("need eps > 0 and 0 < delta < 1")
     lo, hi = 0.0, eps + 1
     for _ in range(1000):
+        state = (lo, hi)
         rho = (lo + hi) / 2
         if cdp_delta(rho, eps) <= delta:
             lo = rho
         else:
             hi = rho
+        if (lo, hi) == state:
+            break
     return lo
 
 
