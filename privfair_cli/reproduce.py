@@ -9,6 +9,11 @@ Verdict of a cell: `match` when |ours - published| <= tolerance, with
 `tolerance = max(floor, 2 sqrt(std_pub^2 + std_ours^2) / sqrt(runs))` (two standard errors of the difference
 of means when both sides average `runs` runs); `deviates` otherwise; `substitute` where our dataset stands in for
 one that is not public; `not_run` where no run matched the cell.
+
+Optional keys for tables whose `setting` column names variants and groups: a `datasets` value may be a list of
+cards, told apart by a setting mapped in `settings`; `values: {setting key: {published value: our value}}`
+translates a setting's values before matching; `metric_suffix: {setting key: {published value: suffix}}`
+appends a suffix to our metric key (e.g. `group=female` -> `accuracy_s0`).
 """
 
 from __future__ import annotations
@@ -81,18 +86,24 @@ def compare(runs: pd.DataFrame, published: pd.DataFrame, spec: dict) -> pd.DataF
         pub = pub[pub["algorithm"].isin(algos)]
     floors = spec.get("floors") or {}
     settings = spec.get("settings") or {}
+    translate = spec.get("values") or {}  # {setting key: {published value: our value}}
+    suffixes = spec.get("metric_suffix") or {}  # {setting key: {published value: suffix of our metric key}}
     substitutes = set(spec.get("substitute") or [])
     rows = []
     for r in pub.itertuples(index=False):
         ours_algo = algos.get(r.algorithm, r.algorithm)
-        sel = runs[(runs["algo"] == ours_algo) & (runs["data"] == spec["datasets"][r.dataset])] \
-            if not runs.empty else runs
-        for key, value in parse_setting(r.setting).items():
+        cards = spec["datasets"][r.dataset]  # one card, or a list told apart by a setting (e.g. variant)
+        cards = cards if isinstance(cards, list) else [cards]
+        sel = runs[(runs["algo"] == ours_algo) & runs["data"].isin(cards)] if not runs.empty else runs
+        setting = parse_setting(r.setting)
+        for key, value in setting.items():
             if key not in settings or value in ("inf", "∞") or sel.empty:
                 continue
+            value = str((translate.get(key) or {}).get(value, value))
             col = "cfg." + settings[key]
             sel = sel[[_same(v, value) for v in sel[col]]] if col in sel else sel.iloc[0:0]
-        metric = spec["metrics"][r.metric]
+        metric = spec["metrics"][r.metric] + "".join(
+            str((table or {}).get(setting.get(key), "")) for key, table in suffixes.items())
         values = sel[metric].dropna() if metric in sel else pd.Series(dtype=float)
         n = len(values)
         mean = float(values.mean()) if n else float("nan")
