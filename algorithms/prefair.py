@@ -34,7 +34,8 @@ Deviations and choices (prefair.md §11 item numbers):
 - Metrics (§9): TVD over marginals with <= `max_cells` cells; ACD both as Bergsma's corrected Cramér's V
   (`acd`) and the reference code's variant (`acd_ref_code`, A13, as the spec describes it); conditional gaps
   both as the reference code's per-group means (`cdp`, ...) and the seed's weighted form (`cdp_weighted`, A14).
-  Downstream models train on synthetic data and are tested on the run's test split; set `data.test_size=0`
+  TVD and ACD compare with the released (training) table; downstream models train on synthetic data and
+  are tested on the run's test split; set `data.test_size=0`
   for the paper's protocol (test = the full real data, A15). "Linear regression" predictions are clipped to
   [0, 1] before rounding. The MLP is the reference code's Keras net rebuilt in numpy.
 """
@@ -355,7 +356,7 @@ class MarginalTreeRelease(Plugin):
         t0 = time.perf_counter()
         self.synthetic = self.sample(self.n_rows(), rng)
         runtime = self.fit_seconds + time.perf_counter() - t0
-        out = release_metrics(test.frame, self.synthetic, test.domain, int(self.params.get("max_cells", 10000)))
+        out = release_metrics(train.frame, self.synthetic, train.domain, int(self.params.get("max_cells", 10_000)))
         out |= downstream_metrics(self.synthetic, test, self.columns, self.roles, self.params, rng)
         return out | {"runtime": runtime, "n_synthetic": len(self.synthetic)}
 
@@ -476,6 +477,11 @@ def release_metrics(real: pd.DataFrame, synth: pd.DataFrame, domain: dict, max_c
             "acd_ref_code": float(np.mean(acd_ref)) / 2}
 
 
+def _defined_mean(x: np.ndarray) -> float:
+    ok = ~np.isnan(x)
+    return float(x[ok].mean()) if ok.any() else float("nan")
+
+
 def conditional_gaps(yhat, y, s, groups) -> dict[str, float]:
     """CDP, CTPRB, CTNRB over the groups of admissible tuples: `ref_code` = |mean over groups of the S=1 rates -
     mean over groups of the S=0 rates| (each mean over the groups where that rate is defined); `weighted` =
@@ -493,7 +499,7 @@ def conditional_gaps(yhat, y, s, groups) -> dict[str, float]:
             nn = np.bincount(g[m & num], minlength=n_g)
             rate[v] = np.where(dd > 0, nn / np.maximum(dd, 1), np.nan)
         both = ~np.isnan(rate[0]) & ~np.isnan(rate[1])
-        out[name] = abs(float(np.nanmean(rate[1]) - np.nanmean(rate[0])))
+        out[name] = abs(_defined_mean(rate[1]) - _defined_mean(rate[0]))
         out[f"{name}_weighted"] = abs(float(np.sum(weight[both] * (rate[1][both] - rate[0][both]))))
     return out
 
