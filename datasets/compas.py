@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-from privfair_cli.datasets import read_csv_strict
 
+from privfair_cli.datasets import read_csv_strict
 from privfair_cli.errors import DataError
 
 RACE_CODES = {"Caucasian": 0, "African-American": 1, "Asian": 2, "Hispanic": 3, "Native American": 4, "Other": 5}

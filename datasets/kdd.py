@@ -8,8 +8,8 @@ numeric order (each distinct value is one code, as the seed prescribes; A12: eve
 from __future__ import annotations
 
 import pandas as pd
-from privfair_cli.datasets import read_csv_strict
 
+from privfair_cli.datasets import read_csv_strict
 from privfair_cli.errors import DataError
 
 COLUMNS = [
