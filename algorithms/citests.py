@@ -128,32 +128,45 @@ class NoisyTableGSquare(TableTest):
     """`lapmech`'s test: the 3-way tables are marginals of one noisy full table (float32, shape `cats`),
     clipped at 0 after marginalising (privpc.md §4 step 3, P16); the small-sample rule uses the public n."""
 
-    def __init__(self, noisy_table: np.ndarray, n: int, statistic: str = "g2", n_min_factor: float = 10):
+    def __init__(self, noisy_table: np.ndarray, n: int, statistic: str = "g2", n_min_factor: float = 10,
+                 cache_bytes: float = 1.5e9):
         super().__init__(noisy_table.shape, n, statistic, n_min_factor)
         self.table = noisy_table
-        self._marginals: dict[tuple[int, ...], np.ndarray] = {}
+        self.cache_bytes = cache_bytes
+        self._marginals: dict[tuple[int, ...], np.ndarray] = {tuple(range(self.n_vars)): noisy_table}
+        self._clipped: dict[tuple[int, ...], np.ndarray] = {}
 
     def marginal(self, variables: tuple[int, ...]) -> np.ndarray:
-        """Noisy marginal over `variables` (sorted tuple), axes in that order; cached, and taken from the
-        smallest cached superset when there is one."""
-        if variables not in self._marginals:
-            source, axes = self.table, tuple(range(self.n_vars))
-            supersets = [v for v in self._marginals if set(variables) <= set(v)]
-            if supersets:
-                axes = min(supersets, key=lambda v: self._marginals[v].size)
-                source = self._marginals[axes]
-            drop = tuple(i for i, v in enumerate(axes) if v not in variables)
-            self._marginals[variables] = source.sum(axis=drop, dtype=np.float64)
-        return self._marginals[variables]
+        """Noisy marginal over `variables` (sorted tuple), axes in that order. Variables are summed out one at a
+        time, highest index first, and every intermediate is cached (within `cache_bytes`), so requests share
+        the expensive first passes over the full table."""
+        chain = [tuple(range(self.n_vars))]
+        for v in sorted(set(chain[0]) - set(variables), reverse=True):
+            chain.append(tuple(u for u in chain[-1] if u != v))
+        start = max(i for i, key in enumerate(chain) if key in self._marginals)
+        current = self._marginals[chain[start]]
+        used = sum(m.nbytes for m in self._marginals.values()) - self.table.nbytes
+        for prev, key in zip(chain[start:], chain[start + 1:], strict=False):
+            dropped = next(i for i, u in enumerate(prev) if u not in key)
+            current = current.sum(axis=dropped, dtype=np.float64 if current.size < 1 << 20 else np.float32)
+            if used + current.nbytes <= self.cache_bytes:
+                self._marginals[key] = current
+                used += current.nbytes
+        return current.astype(np.float64)
+
+    def clipped(self, variables: tuple[int, ...]) -> np.ndarray:
+        """The marginal clipped at 0 and zero-padded to C categories per axis; cached per variable set."""
+        if variables not in self._clipped:
+            m = np.clip(self.marginal(variables), 0, None)
+            self._clipped[variables] = np.pad(m, [(0, self.C - c) for c in m.shape])
+        return self._clipped[variables]
 
     def tables(self, x, y, S) -> np.ndarray:
         C, r = self.C, S.shape[1]
-        out = np.zeros((len(x), C**r, C, C))
-        for t, row in enumerate(np.column_stack([S, x, y])):  # one marginal per test, from the cache
+        out = np.empty((len(x), C**r, C, C))
+        for t, row in enumerate(np.column_stack([S, x, y]).tolist()):  # one cached marginal per test
             order = tuple(sorted(row))
-            m = np.transpose(self.marginal(order), [order.index(v) for v in row])
-            pad = [(0, C - c) for c in m.shape]
-            out[t] = np.pad(np.clip(m, 0, None), pad).reshape(C**r, C, C)
+            out[t] = self.clipped(order).transpose([order.index(v) for v in row]).reshape(C**r, C, C)
         return out
 
 
