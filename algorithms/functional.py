@@ -55,12 +55,12 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from privfair_cli.algorithms.logistic import fit_logistic
 from scipy.optimize import minimize
 from scipy.special import expit, log_ndtr
 from threadpoolctl import threadpool_limits
 
 from privfair_cli import metrics
+from privfair_cli.algorithms.logistic import fit_logistic
 from privfair_cli.errors import ConfigError
 from privfair_cli.privacy import mechanisms
 from privfair_cli.registry import Plugin, register
@@ -230,6 +230,10 @@ class LinearClassifier(Plugin):
     """A linear model w on the [0,1] features (+ a constant with `add_intercept`), y_hat = 1[x^T w > 0]."""
 
     kind = "classifier"
+
+    def __init__(self, **params):
+        super().__init__(**params)
+        self.info: dict[str, float] = {}
 
     def design(self, X: np.ndarray) -> np.ndarray:
         return np.hstack([X, np.ones((len(X), 1))]) if self.params.get("add_intercept", False) else X
@@ -501,3 +505,27 @@ class FairLR(LinearClassifier):
                     {"type": "ineq", "fun": lambda w: tau + c @ w, "jac": lambda w: c}]
             return minimize(loss, w0, jac=True, method="SLSQP", constraints=cons, options={"maxiter": 500}).x
         raise ConfigError(f"fairlr mode={mode!r} is unknown; allowed: constraint, penalty")
+
+
+# ------------------------------------------------------------------------------------------ figure
+def plot_fig8_1(runs, comparison, out_dir) -> None:
+    """Thesis Figure 8.1: PFLR* accuracy (a) and risk difference (b) vs eps_f/eps, mean ± std over the runs."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    by = runs.groupby("cfg.algo.eps_f_ratio")
+    fig, axes = plt.subplots(1, 2, figsize=(9, 3.4))
+    for ax, metric, label in ((axes[0], "accuracy", "(a) accuracy"), (axes[1], "risk_difference_abs",
+                                                                       "(b) risk difference")):
+        mean, std = by[metric].mean(), by[metric].std(ddof=1)
+        ax.errorbar(mean.index, mean.values, yerr=std.values, marker="o", ms=3, capsize=2)
+        ax.set_xlabel("eps_f / eps")
+        ax.set_title(f"{label}, PFLR*, Adult, eps = {runs['eps'].iloc[0]:g}")
+        ax.grid(alpha=0.3)
+    axes[1].axhline(0.05, color="grey", ls="--", lw=1, label="thesis: RD < 0.05")
+    axes[1].legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(f"{out_dir}/fig8_1.png", dpi=120)
+    plt.close(fig)
