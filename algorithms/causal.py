@@ -473,3 +473,53 @@ def q2_scores(d: np.ndarray, ind: np.ndarray) -> np.ndarray:
     lo, hi, ilo, ihi = d[:-1], d[1:], ind[:-1], ind[1:]
     q[1:alpha] = np.where(ilo & ~ihi, np.minimum(lo, -hi) - 1, np.where(ilo & ihi, -hi, lo))
     return q
+
+
+# ---------------------------------------------------------------------------------------------- reproduction
+READINGS = {
+    "TPR": ("tpr_pub", "published reading: printed TPR = shared / estimated edges (textbook TDR, precision)"),
+    "TDR": ("tdr_pub", "published reading: printed TDR = shared / true edges (textbook TPR, recall)"),
+    "FPR": ("fpr_pub", "published reading: printed FPR = missed true edges / non-adjacent pairs of the estimate"),
+    "num_edges": ("num_edges", "edges of the estimated skeleton"),
+    "runtime_seconds": ("runtime_seconds", "seconds in fit (skeleton + orientation)"),
+}
+
+
+def reproduction_figure(runs, comparison, out_dir) -> None:
+    """`privfair reproduce` hook: marks every comparison cell with the metric reading it uses (columns
+    `our_metric`, `reading` added to comparison.csv / .md) and plots ours against published per metric."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from privfair_cli import results
+    from privfair_cli.report import markdown
+
+    out_dir = Path(out_dir)
+    comparison = comparison.copy()
+    comparison["our_metric"] = [READINGS.get(m, (m, ""))[0] for m in comparison["metric"]]
+    comparison["reading"] = [READINGS.get(m, ("", ""))[1] for m in comparison["metric"]]
+    results.atomic_write(out_dir / "comparison.csv", comparison.to_csv(index=False, float_format="%.4f"))
+    results.atomic_write(out_dir / "comparison.md", f"# {out_dir.name}: ours vs published\n\n"
+                         + markdown(comparison.round(4).fillna("")))
+    metrics = [m for m in ("TPR", "FPR", "TDR", "num_edges", "runtime_seconds") if (comparison["metric"] == m).any()]
+    if not metrics:
+        return
+    fig, axes = plt.subplots(1, len(metrics), figsize=(4.2 * len(metrics), 4), squeeze=False)
+    for ax, metric in zip(axes[0], metrics, strict=True):
+        cells = comparison[comparison["metric"] == metric]
+        for algo, grp in cells.groupby("algorithm"):
+            ax.errorbar(grp["published_mean"], grp["ours_mean"], xerr=grp["published_std"].fillna(0),
+                        yerr=grp["ours_std"].fillna(0), fmt="o", capsize=2, label=algo, alpha=0.8)
+        lims = [0, max(1.0, float(np.nanmax(cells[["published_mean", "ours_mean"]].to_numpy())) * 1.05)]
+        ax.plot(lims, lims, color="grey", lw=0.8, ls="--")
+        ax.set_xlim(lims)
+        ax.set_ylim(lims)
+        ax.set_xlabel(f"published {metric}")
+        ax.set_ylabel(f"ours ({READINGS.get(metric, (metric,))[0]})")
+        ax.legend(fontsize=7)
+    fig.suptitle(f"{out_dir.name}: ours vs published (mean ± std over runs)", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(out_dir / "figure.png", dpi=110)
+    plt.close(fig)
