@@ -174,6 +174,14 @@ def test_tvd_and_cramers_v_on_hand_computed_tables():
     want = math.sqrt(phi2c / min(r - (r - 1) ** 2 / (n - 1) - 1, c - (c - 1) ** 2 / (n - 1) - 1))
     assert pf.bergsma_v(table) == pytest.approx(want)
     assert pf.bergsma_v(np.array([[5, 0], [0, 0]])) == 0.0
+    # reference-code variant: the n x 2 matrix of raw codes (0 -> 1) as a contingency table, r = c = 2
+    rows = np.array([[0, 0]] * 3 + [[1, 2]] * 4 + [[2, 1]] * 2 + [[2, 2]])
+    x = np.where(rows == 0, 1, rows)
+    chi2, n = stats.chi2_contingency(x, correction=False)[0], x.sum()
+    want = math.sqrt(max(0, chi2 / n - 1 / (n - 1)) / (1 - 1 / (n - 1)))
+    counts = np.zeros((3, 3))
+    np.add.at(counts, (rows[:, 0], rows[:, 1]), 1)
+    assert pf.ref_code_v(counts) == pytest.approx(want)
 
 
 def test_conditional_gaps_ref_code_and_weighted():
