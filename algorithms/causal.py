@@ -350,6 +350,21 @@ def noisy_covariance(X: np.ndarray, eps: float, rng, ledger) -> np.ndarray:
     return np.tril(noisy) + np.tril(noisy, -1).T
 
 
+def noisy_correlation(X: np.ndarray, eps: float, rng, ledger, row_clip: bool = False) -> np.ndarray:
+    """PrivPC*'s private correlation (privpc.md §5 steps 1-4): noisy covariance scaled by its noisy variances;
+    NaN where a noisy variance is not positive (the Fisher z test reads NaN as independence). `row_clip`
+    standardises the columns and rescales rows to norm <= sqrt(p) first, so that the sensitivity holds."""
+    if row_clip:
+        X = (X - X.mean(0)) / X.std(0, ddof=1)
+        X = X / np.maximum(1.0, np.linalg.norm(X, axis=1) / np.sqrt(X.shape[1]))[:, None]
+    noisy = noisy_covariance(X, eps, rng, ledger)
+    var = np.diag(noisy)
+    with np.errstate(invalid="ignore"):
+        rho = noisy / np.sqrt(np.outer(var, var))
+    np.fill_diagonal(rho, 1.0)
+    return rho
+
+
 @register
 class LapMech(PCFamily):
     """`lapmech`: Laplace(1/eps) on every cell of the full contingency table, then PC on its marginals."""
@@ -380,17 +395,9 @@ class PrivPCStar(PCFamily):
 
     def learn(self, data, budget, ledger, rng):
         X = np.asarray(data.X, dtype=float)
-        n, p = X.shape
-        if self.params.get("row_clip", False):
-            X = (X - X.mean(0)) / X.std(0, ddof=1)
-            X = X / np.maximum(1.0, np.linalg.norm(X, axis=1) / np.sqrt(p))[:, None]
-        noisy = noisy_covariance(X, budget.eps, rng, ledger)
-        var = np.diag(noisy)
-        with np.errstate(invalid="ignore"):
-            rho = noisy / np.sqrt(np.outer(var, var))
-        np.fill_diagonal(rho, 1.0)
-        adj, sep, stats = skeleton(FisherZ(rho, n), self.tau, self.max_order)
-        return adj, sep, stats | {"negative_noisy_variances": int((var <= 0).sum())}
+        rho = noisy_correlation(X, budget.eps, rng, ledger, bool(self.params.get("row_clip", False)))
+        adj, sep, stats = skeleton(FisherZ(rho, len(X)), self.tau, self.max_order)
+        return adj, sep, stats | {"nan_correlations": int(np.isnan(rho).sum())}
 
 
 @register

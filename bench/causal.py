@@ -1,0 +1,89 @@
+"""Causal-discovery benchmark: our PC (and PrivPC) against causal-learn's PC on the same data.
+
+p = 30 categorical variables (n = 10,000, s = 0.1) with the G^2 test, and p = 50 Gaussian variables
+(n = 10,000, s = 0.1) with Fisher z; alpha = 0.01, PC-stable. For the categorical comparison our test uses
+causal-learn's degrees-of-freedom rule and no small-sample rule, so both run the same tests and must return
+the same skeleton. Reported: seconds, number of distinct CI tests, edges, and the speed-up over causal-learn
+measured in the same process. PrivPC (eps = 5, L = 2) is timed on the categorical data for scale.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from privfair_cli.algorithms import causal, citests
+from privfair_cli.datasets import synthetic_categorical, synthetic_gaussian
+from privfair_cli.privacy import Budget, PrivacyLedger
+
+ALPHA = 0.01
+
+
+def timed(fn):
+    t0 = time.perf_counter()
+    out = fn()
+    return out, time.perf_counter() - t0
+
+
+def causal_learn_pc(data: np.ndarray, test: str):
+    from causallearn.search.ConstraintBased.PC import pc
+
+    cg, secs = timed(lambda: pc(data, ALPHA, test, stable=True, show_progress=False))
+    return cg.G.graph != 0, secs, len(cg.test.pvalue_cache)
+
+
+def row(name, secs, tests, edges, base=None):
+    speed = "" if base is None else f"{base / secs:8.1f}x"
+    print(f"  {name:<34} {secs:8.2f} s {tests:>8} tests {edges:>5} edges {speed}")
+
+
+def categorical(p=30, n=10_000, s=0.1, seed=0):
+    table = synthetic_categorical.generate({"name": "bench", "p": p, "s": s, "n": n}, np.random.default_rng(seed))
+    codes = table.frame.to_numpy()
+    cats = np.array([table.domain[c] for c in table.frame.columns])
+    print(f"categorical: p={p}, n={n}, s={s} ({int(table.meta['true_adjacency'].sum())} true edges), G^2")
+    (adj, _, st), secs = timed(lambda: causal.skeleton(citests.GSquare(codes, cats, "g2", 0, "adaptive"), ALPHA))
+    try:
+        cl_adj, cl_secs, cl_tests = causal_learn_pc(codes.astype(float), "gsq")
+        row("causal-learn pc (gsq)", cl_secs, cl_tests, int(cl_adj.sum()) // 2)
+        print(f"  same skeleton as causal-learn: {bool((adj == cl_adj).all())}")
+    except ImportError:
+        cl_secs = None
+        print("  causal-learn not installed: no peer timing")
+    row("privfair pc (g2, causal-learn df)", secs, st["ci_tests"], int(adj.sum()) // 2, cl_secs)
+    (adj, _, st), secs = timed(lambda: causal.skeleton(citests.GSquare(codes, cats, "g2", 10), ALPHA))
+    row("privfair pc (g2, pcalg n.min rule)", secs, st["ci_tests"], int(adj.sum()) // 2, cl_secs)
+    plugin = causal.PrivPC(max_order=2)
+    _, secs = timed(lambda: plugin.fit(table, Budget(5.0), PrivacyLedger(Budget(5.0)), np.random.default_rng(1)))
+    row("privfair privpc (eps 5, L 2)", secs, int(plugin.stats["ci_tests"]), int(plugin.adjacency.sum()) // 2,
+        cl_secs)
+
+
+def gaussian(p=50, n=10_000, s=0.1, seed=0):
+    rng = np.random.default_rng(seed)
+    W = synthetic_gaussian.random_dag(p, s, rng)
+    X = synthetic_gaussian.sample_linear_gaussian(W, n, rng)
+    print(f"gaussian: p={p}, n={n}, s={s} ({int((W != 0).sum())} true edges), Fisher z")
+    (adj, _, st), secs = timed(lambda: causal.skeleton(citests.FisherZ(np.corrcoef(X, rowvar=False), n), ALPHA))
+    try:
+        cl_adj, cl_secs, cl_tests = causal_learn_pc(X, "fisherz")
+        row("causal-learn pc (fisherz)", cl_secs, cl_tests, int(cl_adj.sum()) // 2)
+        print(f"  same skeleton as causal-learn: {bool((adj == cl_adj).all())}")
+    except ImportError:
+        cl_secs = None
+        print("  causal-learn not installed: no peer timing")
+    row("privfair pc (fisher_z)", secs, st["ci_tests"], int(adj.sum()) // 2, cl_secs)
+    ledger = PrivacyLedger(Budget(1.0))
+    (adj, _, st), secs = timed(lambda: causal.skeleton(
+        citests.FisherZ(causal.noisy_correlation(X, 1.0, np.random.default_rng(1), ledger), n), ALPHA))
+    row("privfair privpc_star (eps 1)", secs, st["ci_tests"], int(adj.sum()) // 2, cl_secs)
+
+
+def main() -> None:
+    categorical()
+    gaussian()
+
+
+if __name__ == "__main__":
+    main()
