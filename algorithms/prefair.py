@@ -633,6 +633,8 @@ def table3_ratios(runs: pd.DataFrame, comparison: pd.DataFrame, out_dir) -> None
             tol = float(r.tolerance)
             dev = ours - r.published_mean
             verdict = "not_run" if not n else ("match" if abs(dev) <= tol else "deviates")
+            if n and math.isnan(ours):
+                reason = "ratio undefined: both means are 0 (the MLP predicts no positive on the real table)"
             rows.append([r.table, r.dataset, r.algorithm, r.setting + f";runs={n}", metric, r.published_mean,
                          r.published_std, ours, float("nan"), dev, tol, verdict,
                          reason if verdict != "match" or metric != r.metric else ""])
