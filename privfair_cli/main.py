@@ -115,8 +115,7 @@ def run_hydra(args: list[str], debug: bool) -> int:
                 raise
             print(f"privfair: error: {err}", file=sys.stderr)
             raise SystemExit(EXIT_ERROR) from None
-        if record is not None:
-            _print_record(record, run_dir)
+        _print_record(record, run_dir)
 
     GlobalHydra.instance().clear()
     argv = sys.argv
@@ -139,7 +138,7 @@ def _print_record(record: dict, run_dir: Path) -> None:
     table = Table(title=f"{record['algo']} on {record['data']}, eps={record['eps']:g}, seed={record['seed']}")
     for k in keys + ["eps_spent", "seconds"]:
         table.add_column(k, justify="right")
-    fmt = [("nan" if m[k] is None else f"{m[k]:.4f}") for k in keys]
+    fmt = ["nan" if m[k] is None else f"{m[k]:.4f}" for k in keys]
     table.add_row(*fmt, f"{record['privacy']['eps_spent']:.4g}", f"{record['timings']['total']:.2f}")
     Console().print(table)
     print(f"results: {run_dir}")

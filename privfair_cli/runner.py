@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import platform
 import sys
 import time
@@ -57,12 +58,12 @@ def environment(device: str) -> dict:
     return env
 
 
-def run(cfg: DictConfig, run_dir: Path, log=print) -> dict | None:
+def run(cfg: DictConfig, run_dir: Path, log=print) -> dict:
     rc = schema.validate(cfg)
     run_dir = Path(run_dir)
     if results.is_complete(run_dir) and not rc.overwrite:
-        log(f"skip (complete): {run_dir}")
-        return None
+        log(f"skip (complete): {run_dir} already holds this run; overwrite=true redoes it")
+        return json.loads((run_dir / "metrics.json").read_text())
     timings = {}
     t0 = time.perf_counter()
     rng = streams(rc.seed)
