@@ -269,7 +269,7 @@ def test_mnist_unbalanced_keeps_500_eights_and_the_test_set():
 @needs_data
 def test_cli_run_writes_privacy_block_and_curves(tmp_path):
     out = tmp_path / "run"
-    cmd = [sys.executable, "-m", "privfair_cli", "run", "algo=dpsgd_f", "data=adult", "data.n=3000", "eps=5",
+    cmd = [sys.executable, "-m", "privfair_cli", "run", "algo=dpsgd_f", "data=adult", "data.n=3000", "eps=10",
            "delta=1e-6", "algo.epochs=2", f"hydra.run.dir={out}"]
     subprocess.run(cmd, check=True, cwd=ROOT, capture_output=True)
     record = json.loads((out / "metrics.json").read_text())
