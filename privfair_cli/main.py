@@ -63,6 +63,8 @@ def compose(overrides: list[str], with_hydra: bool = False):
 def prevalidate(overrides: list[str], multirun: bool = False) -> None:
     """Check group choices and every swept value (from the command line and, in a multirun, from the
     experiment's `hydra.sweeper.params`), composing and validating each variant; no data is read."""
+    from omegaconf import OmegaConf, open_dict
+
     from privfair_cli import schema
 
     parsed = _split_overrides(overrides)
@@ -84,10 +86,19 @@ def prevalidate(overrides: list[str], multirun: bool = False) -> None:
             continue
         prefix = ov.input_line.split("=", 1)[0]
         base.append(f"{prefix}={values[0]}")
-        variants += [(len(base) - 1, f"{prefix}={v}") for v in values[1:]]
-    schema.validate(compose(base))
-    for i, line in variants:
-        schema.validate(compose(base[:i] + [line] + base[i + 1:]))
+        if len(values) > 1:
+            typed = list(ov.sweep_iterator()) if ov.is_sweep_override() else [ov.value()]
+            variants += [(len(base) - 1, key, f"{prefix}={v}", t) for v, t in zip(values[1:], typed[1:], strict=True)]
+    base_cfg = compose(base)
+    schema.validate(base_cfg)
+    for i, key, line, value in variants:
+        if key.split(".")[0] in GROUPS and "." not in key:
+            cfg = compose(base[:i] + [line] + base[i + 1:])  # a group choice changes the composition
+        else:
+            cfg = base_cfg.copy()  # a value: substitute it, no need to compose again
+            with open_dict(cfg):
+                OmegaConf.update(cfg, key, value, merge=False)
+        schema.validate(cfg)
 
 
 # ------------------------------------------------------------------------------------------ run

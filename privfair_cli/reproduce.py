@@ -147,7 +147,7 @@ def reproduce(name: str, overrides: list[str], debug: bool = False, run: bool = 
     comparison = compare(runs, published, spec)
     results.atomic_write(out / "comparison.csv", comparison.to_csv(index=False, float_format="%.4f"))
     results.atomic_write(out / "comparison.md", f"# {name}: ours vs published\n\n" + markdown(
-        comparison.round(4).fillna("")))
+        comparison.round(4).astype(object).where(comparison.notna(), "")))
     if spec.get("figure"):
         module, func = spec["figure"].split(":")
         getattr(importlib.import_module(module), func)(runs, comparison, out)
