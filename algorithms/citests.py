@@ -83,10 +83,15 @@ class TableTest:
         pv = np.ones(len(x))
         ok = self.computed(x, y, S)
         if ok.any():
-            N = self.tables(x[ok], y[ok], S[ok])
-            df = self.df(x[ok], y[ok], S[ok]) if self.df_mode == "fixed" else adaptive_df(N)
-            pv[ok] = np.where(df > 0, chi2.sf(self.statistic(N), np.maximum(df, 1)), 1.0)
+            stat, df = self.statistics(x[ok], y[ok], S[ok])
+            pv[ok] = np.where(df > 0, chi2.sf(stat, np.maximum(df, 1)), 1.0)
         return pv
+
+    def statistics(self, x, y, S) -> tuple[np.ndarray, np.ndarray]:
+        """(statistic, df) per test, from the dense tables."""
+        N = self.tables(x, y, S)
+        df = self.df(x, y, S) if self.df_mode == "fixed" else adaptive_df(N)
+        return self.statistic(N), df
 
     def valid_cells(self, x, y, S) -> np.ndarray:
         """(T, C^ord, C, C) mask of the cells that exist for each test's categories."""
@@ -102,11 +107,51 @@ class GSquare(TableTest):
     """G^2 / chi^2 test on integer-coded data `codes` (n, p) with public category counts `cats`."""
 
     def __init__(self, codes, cats, statistic: str = "g2", n_min_factor: float = 10, df: str = "fixed",
-                 max_batch_cells: int = 4_000_000):
+                 max_batch_cells: int = 4_000_000, sparse_cells: int = 3125):
         codes = np.asarray(codes, dtype=np.int64)
         super().__init__(cats, len(codes), statistic, n_min_factor, df)
+        self.sparse_cells = sparse_cells
         self.codes = codes
         self.max_batch_cells = max_batch_cells
+
+    def statistics(self, x, y, S) -> tuple[np.ndarray, np.ndarray]:
+        """Dense tables while they are small; above `sparse_cells` cells per test (high orders, where most
+        strata are empty) the statistic is computed from the observed cells only, batch by batch."""
+        if self.C ** (S.shape[1] + 2) <= self.sparse_cells:
+            return super().statistics(x, y, S)
+        stat, df = np.empty(len(x)), np.empty(len(x))
+        step = max(1, self.max_batch_cells // max(self.n, 1))
+        for lo in range(0, len(x), step):
+            sl = slice(lo, lo + step)
+            stat[sl], df[sl] = self._sparse(x[sl], y[sl], S[sl])
+        if self.df_mode == "fixed":
+            df = self.df(x, y, S)
+        return stat, df
+
+    def _sparse(self, x, y, S):
+        C, r, t = self.C, S.shape[1], len(x)
+        k = (self.codes[:, S] * C ** np.arange(r)).sum(2) + C**r * np.arange(t)[None, :]  # (test, stratum)
+        cell, N = np.unique(((k * C + self.codes[:, x]) * C + self.codes[:, y]).ravel(), return_counts=True)
+        N = N.astype(float)
+        test = cell // (C ** (r + 2))
+
+        def grouped(keys):  # margin counts per distinct key, and the test each belongs to
+            u, inv = np.unique(keys, return_inverse=True)
+            return np.bincount(inv, weights=N), u
+
+        Nka, ka = grouped(cell // C)
+        Nkb, kb = grouped((cell // (C * C)) * C + cell % C)
+        Nk, kk = grouped(cell // (C * C))
+        per = C ** (r + 1)
+        if self.statistic is g2_statistic:
+            stat = 2 * (np.bincount(test, h(N), t) - np.bincount(ka // per, h(Nka), t)
+                        - np.bincount(kb // per, h(Nkb), t) + np.bincount(kk // C**r, h(Nk), t))
+        else:  # Pearson: sum over observed cells of O^2 N_k / (N_ka N_kb), minus n
+            e = Nka[np.searchsorted(ka, cell // C)] * Nkb[np.searchsorted(kb, (cell // (C * C)) * C + cell % C)]
+            stat = np.bincount(test, N**2 * Nk[np.searchsorted(kk, cell // (C * C))] / e, t) - self.n
+        rows = np.bincount(kk // C**r, np.maximum(np.bincount(np.searchsorted(kk, ka // C), minlength=len(kk)) - 1, 0)
+                           * np.maximum(np.bincount(np.searchsorted(kk, kb // C), minlength=len(kk)) - 1, 0), t)
+        return stat, rows
 
     def tables(self, x, y, S) -> np.ndarray:
         C, r = self.C, S.shape[1]

@@ -234,3 +234,15 @@ def test_synthetic_data_depend_on_the_data_stream_only():
     assert a.meta["true_adjacency"].sum() == 4  # round(0.4 * 10) edges, exact
     A = a.meta["true_adjacency"]
     assert not np.linalg.matrix_power(A.astype(float), 5).any()  # nilpotent: acyclic
+
+
+@pytest.mark.parametrize("stat", ["g2", "chi2"])
+def test_sparse_high_order_statistics_equal_dense_tables(stat):
+    _, codes, cats = categorical_data(9, p=8, n=3000, high=5)
+    rng = np.random.default_rng(2)
+    x, y = rng.integers(0, 2, 40), rng.integers(2, 4, 40)
+    S = np.array([rng.choice(np.arange(4, 8), 3, replace=False) for _ in range(40)])
+    for df in ("fixed", "adaptive"):
+        dense = citests.GSquare(codes, cats, stat, 0, df, sparse_cells=10**9).statistics(x, y, S)
+        sparse = citests.GSquare(codes, cats, stat, 0, df, sparse_cells=1).statistics(x, y, S)
+        assert np.allclose(dense[0], sparse[0]) and np.allclose(dense[1], sparse[1])
