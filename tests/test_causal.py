@@ -7,10 +7,10 @@ import itertools
 
 import numpy as np
 import pytest
-from privfair_cli.algorithms import causal, citests
-from privfair_cli.datasets import synthetic_categorical, synthetic_gaussian
 from scipy import stats
 
+from privfair_cli.algorithms import causal, citests
+from privfair_cli.datasets import synthetic_categorical, synthetic_gaussian
 from privfair_cli.privacy import Budget, PrivacyLedger
 from privfair_cli.privacy.mechanisms import exponential, exponential_probabilities
 
