@@ -5,7 +5,8 @@ our stand-in for the TETRAD generator the thesis used, whose parameters it does 
    uniformly (`bernoulli`: each with probability s); optional caps `graph.max_indegree` / `graph.max_degree`
    (edges violating a cap are skipped, in a random order of the pairs).
 2. Categories per node ~ U{cats.low..cats.high} (default 2..5); redrawn while the full table would exceed
-   `cats.max_cells` (so that `lapmech` can hold it; the number of redraws goes into meta).
+   `cats.max_cells` (so that `lapmech` can hold it; the number of redraws goes into meta), at most 1000 times
+   (for p >= 20 the cap is unreachable and the last draw is kept).
 3. Conditional probability tables, one row per parent configuration, `cpt.scheme`: `uniform_normalised`
    (U(0,1) per category, divided by the row sum; TETRAD's MlBayesIm RANDOM), `dirichlet` (Dirichlet(alpha)),
    `strong` (one random category 1.0, the others U(0, 0.3), normalised).
@@ -21,6 +22,8 @@ import pandas as pd
 from privfair_cli.errors import ConfigError, DataError
 
 from . import Table
+
+MAX_REDRAWS = 1000  # beyond this (large p) the cap is given up: the table is too big for lapmech anyway
 
 
 def random_dag(p: int, s: float, rng: np.random.Generator, edges: str = "exact", max_indegree=None,
@@ -99,7 +102,7 @@ def generate(card, rng: np.random.Generator) -> Table:
     low, high, max_cells = int(c.get("low", 2)), int(c.get("high", 5)), float(c.get("max_cells", 2**29))
     redraws = 0
     cats = rng.integers(low, high + 1, p)
-    while np.prod(cats, dtype=np.float64) > max_cells:
+    while np.prod(cats, dtype=np.float64) > max_cells and redraws < MAX_REDRAWS:
         redraws += 1
         cats = rng.integers(low, high + 1, p)
     scheme, alpha = cpt.get("scheme", "uniform_normalised"), float(cpt.get("alpha", 1.0))
