@@ -179,6 +179,28 @@ def test_privpc_star_noise_uses_the_thesis_sensitivity():
     assert stats.kstest(draws, stats.laplace(scale=entry["sensitivity"] / eps).cdf).pvalue > 1e-3
 
 
+def test_privpc_star_clips_rows_by_default_and_flags_raw_rows():
+    _, X = gaussian_data(3, p=5, n=400)
+    X = 3 * X  # most raw rows exceed the proof's bound ||x|| <= sqrt(p)
+    clipped = X / np.maximum(1.0, np.linalg.norm(X, axis=1) / np.sqrt(5))[:, None]
+    assert (np.linalg.norm(X, axis=1) > np.sqrt(5)).mean() > 0.5
+    assert (np.linalg.norm(clipped, axis=1) <= np.sqrt(5) * (1 + 1e-12)).all()
+    eps = 50.0
+    ledger = PrivacyLedger(Budget(eps))
+    rho = causal.noisy_correlation(X, eps, np.random.default_rng(4), ledger)
+    cov = causal.noisy_covariance(clipped, eps, np.random.default_rng(4), PrivacyLedger(Budget(eps)))
+    with np.errstate(invalid="ignore"):
+        expected = cov / np.sqrt(np.outer(np.diag(cov), np.diag(cov)))
+    np.fill_diagonal(expected, 1.0)
+    np.testing.assert_allclose(rho, expected)
+    assert "not formally private" not in ledger.to_dict()["ledger"][0]["note"]
+    table = synthetic_gaussian.generate({"name": "g", "p": 5, "s": 0.4, "n": 300}, np.random.default_rng(1))
+    private, _ = _fit(causal.PrivPCStar, table, 1.0)
+    raw, raw_ledger = _fit(causal.PrivPCStar, table, 1.0, row_clip=False)
+    assert private.extra_metrics()["formally_private"] == 1.0 and raw.extra_metrics()["formally_private"] == 0.0
+    assert "not formally private" in raw_ledger.to_dict()["ledger"][0]["note"]
+
+
 def _fit(cls, table, eps, **params):
     plugin = cls(**params)
     ledger = PrivacyLedger(Budget(eps))
