@@ -12,7 +12,6 @@ past the budget; `check()` repeats the test at the end of the run.
 
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
@@ -59,6 +58,9 @@ class PrivacyLedger:
         self.rdp_conversion = rdp_conversion
         self.orders = tuple(orders)
         self.entries: list[LedgerEntry] = []
+        # running totals, so that recording a spend costs O(1) however many releases came before
+        self._eps = self._delta = self._rho = 0.0
+        self._rdp = np.zeros(len(self.orders))
 
     # -- recording -------------------------------------------------------------------------------
     def spend_pure(self, mechanism: str, eps: float, sensitivity: float | None = None, note: str = "") -> None:
@@ -87,11 +89,21 @@ class PrivacyLedger:
             raise ValueError("RDP curve must be given on the ledger's orders")
         self._record(LedgerEntry(mechanism, rdp=rdp, note=note, extra=extra))
 
+    def _add(self, entry: LedgerEntry, sign: float) -> None:
+        self._eps += sign * entry.eps
+        self._delta += sign * entry.delta
+        self._rho += sign * (entry.rho if entry.rho is not None else entry.eps**2 / 2)
+        if self.accountant == "rdp":
+            curve = np.asarray(entry.rdp) if entry.rdp is not None else accountants.pure_dp_rdp(entry.eps, self.orders)
+            self._rdp += sign * curve
+
     def _record(self, entry: LedgerEntry) -> None:
         self.entries.append(entry)
+        self._add(entry, +1.0)
         eps, delta = self.spent()
         if eps > self.budget.eps * (1 + _SLACK) + 1e-12 or delta > self.budget.delta * (1 + _SLACK) + 1e-15:
             self.entries.pop()
+            self._add(entry, -1.0)
             raise BudgetExceeded(
                 f"{entry.mechanism} ({entry.note or 'release'}) would spend eps={eps:.6g}, delta={delta:.3g} "
                 f"beyond the budget eps={self.budget.eps:g}, delta={self.budget.delta:g}"
@@ -99,20 +111,17 @@ class PrivacyLedger:
 
     # -- composition -----------------------------------------------------------------------------
     def rho(self) -> float:
-        return sum(e.rho if e.rho is not None else e.eps**2 / 2 for e in self.entries)
+        return self._rho
 
     def rdp(self) -> np.ndarray:
-        total = np.zeros(len(self.orders))
-        for e in self.entries:
-            total += np.asarray(e.rdp) if e.rdp is not None else accountants.pure_dp_rdp(e.eps, self.orders)
-        return total
+        return self._rdp.copy()
 
     def spent(self) -> tuple[float, float]:
         """(eps, delta) spent so far, under this ledger's accountant."""
         if not self.entries:
             return 0.0, 0.0
         if self.accountant == "basic":
-            return math.fsum(e.eps for e in self.entries), math.fsum(e.delta for e in self.entries)
+            return self._eps, self._delta
         if self.accountant == "zcdp":
             return accountants.cdp_eps(self.rho(), self.budget.delta), self.budget.delta
         eps, _ = accountants.rdp_to_dp(self.orders, self.rdp(), self.budget.delta, self.rdp_conversion)
