@@ -13,92 +13,11 @@ import os
 import sys
 from pathlib import Path
 
+from privfair_cli import sweep
 from privfair_cli.errors import ConfigError, PrivfairError
 
-GROUPS = ("data", "algo", "mechanism", "budget", "experiment")
 EXIT_ERROR = 2
-
-
-def config_dir() -> Path:
-    env = os.environ.get("PRIVFAIR_CONFIG_DIR")
-    return Path(env) if env else Path(__file__).resolve().parent.parent / "configs"
-
-
-def group_options(group: str) -> list[str]:
-    return sorted(p.stem for p in (config_dir() / group).glob("*.yaml"))
-
-
-# ------------------------------------------------------------------------------------------ validation
-def _split_overrides(overrides: list[str]):
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
-    try:
-        return OverridesParser.create().parse_overrides(overrides)
-    except Exception as err:  # hydra's parse errors carry a multi-line message
-        raise ConfigError(f"cannot parse overrides: {str(err).strip().splitlines()[0]}") from None
-
-
-def _values(override) -> list[str]:
-    if override.is_sweep_override():
-        return [str(v) for v in override.sweep_string_iterator()]
-    return [override.get_value_element_as_str()]
-
-
-def compose(overrides: list[str], with_hydra: bool = False):
-    from hydra import compose as hydra_compose
-    from hydra import initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
-
-    GlobalHydra.instance().clear()
-    try:
-        with initialize_config_dir(str(config_dir()), version_base=None):
-            return hydra_compose("config", overrides=overrides, return_hydra_config=with_hydra)
-    except Exception as err:
-        lines = [ln.strip() for ln in str(err).strip().splitlines() if ln.strip()]
-        raise ConfigError(" ".join(lines[:2]) if lines else type(err).__name__) from None
-    finally:
-        GlobalHydra.instance().clear()
-
-
-def prevalidate(overrides: list[str], multirun: bool = False) -> None:
-    """Check group choices and every swept value (from the command line and, in a multirun, from the
-    experiment's `hydra.sweeper.params`), composing and validating each variant; no data is read."""
-    from omegaconf import OmegaConf, open_dict
-
-    from privfair_cli import schema
-
-    parsed = _split_overrides(overrides)
-    if multirun:
-        firsts = [f"{ov.input_line.split('=', 1)[0]}={_values(ov)[0]}" for ov in parsed]
-        params = compose(firsts, with_hydra=True).hydra.sweeper.get("params") or {}
-        given = {ov.get_key_element().lstrip("+~") for ov in parsed}
-        parsed += _split_overrides([f"{k}={v}" for k, v in params.items() if k not in given])
-    base, variants = [], []
-    for ov in parsed:
-        key = ov.get_key_element().lstrip("+~")
-        values = _values(ov)
-        if key in GROUPS:
-            options = group_options(key)
-            for v in values:
-                if v not in options:
-                    raise ConfigError(f"{key}={v!r} is unknown; allowed: {', '.join(options)}")
-        if key.startswith("hydra"):
-            continue
-        prefix = ov.input_line.split("=", 1)[0]
-        base.append(f"{prefix}={values[0]}")
-        if len(values) > 1:
-            typed = list(ov.sweep_iterator()) if ov.is_sweep_override() else [ov.value()]
-            variants += [(len(base) - 1, key, f"{prefix}={v}", t) for v, t in zip(values[1:], typed[1:], strict=True)]
-    base_cfg = compose(base)
-    schema.validate(base_cfg)
-    for i, key, line, value in variants:
-        if key.split(".")[0] in GROUPS and "." not in key:
-            cfg = compose(base[:i] + [line] + base[i + 1:])  # a group choice changes the composition
-        else:
-            cfg = base_cfg.copy()  # a value: substitute it, no need to compose again
-            with open_dict(cfg):
-                OmegaConf.update(cfg, key, value, merge=False)
-        schema.validate(cfg)
+config_dir, group_options = sweep.config_dir, sweep.group_options
 
 
 # ------------------------------------------------------------------------------------------ run
@@ -114,7 +33,7 @@ def run_hydra(args: list[str], debug: bool) -> int:
     if any(a.startswith("-") and "=" not in a for a in overrides):
         bad = next(a for a in overrides if a.startswith("-") and "=" not in a)
         raise ConfigError(f"unknown option {bad}; `privfair run` takes Hydra overrides key=value and -m")
-    prevalidate(overrides, multirun)
+    sweep.prevalidate(overrides, multirun)
 
     @hydra.main(config_path=str(config_dir()), config_name="config", version_base=None)
     def job(cfg):
@@ -192,7 +111,7 @@ def cmd_reproduce(args) -> int:
         raise ConfigError(f"experiment {args.name!r} is unknown; allowed: all, "
                           f"{', '.join(group_options('experiment'))}")
     for name in names:
-        reproduce.reproduce(name, args.overrides, debug=args.debug)
+        reproduce.reproduce(name, args.overrides)
     return 0
 
 

@@ -36,13 +36,13 @@ RESULTS_ROOT = Path("results")  # outputs, relative to the working directory lik
 
 
 def published_dir() -> Path:
-    from privfair_cli.main import config_dir
+    from privfair_cli.sweep import config_dir
 
     return config_dir().parent / "results" / "published"
 
 
 def experiment_spec(name: str) -> dict:
-    from privfair_cli.main import config_dir
+    from privfair_cli.sweep import config_dir
 
     path = config_dir() / "experiment" / f"{name}.yaml"
     spec = OmegaConf.to_container(OmegaConf.load(path), resolve=False).get("reproduce")
@@ -134,14 +134,14 @@ def collect_runs(run_root: Path, spec: dict) -> pd.DataFrame:
     return runs
 
 
-def reproduce(name: str, overrides: list[str], debug: bool = False, run: bool = True) -> pd.DataFrame:
-    from privfair_cli.main import run_hydra
+def reproduce(name: str, overrides: list[str], run: bool = True) -> pd.DataFrame:
     from privfair_cli.report import markdown
+    from privfair_cli.sweep import run_inprocess
 
     spec = experiment_spec(name)
     out = RESULTS_ROOT / "reproduce" / name
     if run:
-        run_hydra(["-m", f"experiment={name}", f"hydra.sweep.dir={out / 'runs'}", *overrides], debug)
+        run_inprocess([f"experiment={name}", *overrides], out / "runs")
     runs = collect_runs(out / "runs", spec)
     published = pd.read_csv(published_dir() / spec["published"])
     comparison = compare(runs, published, spec)

@@ -108,3 +108,21 @@ def test_debug_shows_traceback(tmp_path):
 def test_list_shows_registry(tmp_path):
     out = privfair("list", cwd=tmp_path).stdout
     assert "lr" in out and "classifier" in out and "adult" in out and "xu2021_table8_1" in out
+
+
+@needs_data("german_credit")
+def test_inprocess_sweep_matches_hydra_multirun(tmp_path, monkeypatch):
+    from privfair_cli import sweep
+
+    overrides = ["algo=lr", "data=german", "seed=0,1", "data.test_size=0.3"]
+    privfair("run", "-m", *overrides, "hydra.sweep.dir=hydra", cwd=tmp_path)
+    monkeypatch.chdir(tmp_path)
+    lines = []
+    assert sweep.run_inprocess(overrides, tmp_path / "hydra", log=lines.append) == 2
+    assert all("skip" in line for line in lines)  # same run folders: resumes what Hydra wrote
+    sweep.run_inprocess(overrides, tmp_path / "fast", log=lines.append)
+    for path in (tmp_path / "hydra").rglob("metrics.json"):
+        twin = tmp_path / "fast" / path.relative_to(tmp_path / "hydra")
+        assert json.loads(twin.read_text())["metrics"] == json.loads(path.read_text())["metrics"]
+        assert (twin.parent / ".hydra" / "overrides.yaml").is_file()
+    assert len(list((tmp_path / "fast").rglob("metrics.json"))) == 2
