@@ -13,6 +13,7 @@ import time
 import numpy as np
 import torch
 import torch.nn.functional as F
+
 from privfair_cli.algorithms import dpsgd
 
 BATCH, REPEATS = 256, 5

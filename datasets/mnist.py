@@ -10,8 +10,8 @@ from __future__ import annotations
 import gzip
 
 import numpy as np
-from privfair_cli.datasets import Table
 
+from privfair_cli.datasets import Table
 from privfair_cli.errors import DataError
 
 _MAGIC = {2049: 1, 2051: 3}  # idx1 (labels), idx3 (images)

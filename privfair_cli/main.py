@@ -81,7 +81,7 @@ def cmd_list(_args) -> int:
 
     from privfair_cli import registry
 
-    console = Console()
+    console = Console(width=max(Console().width, 110))
     plugins = registry.load_plugins()
     t = Table(title="algorithms (algo=)")
     for col in ("name", "task kind", "mechanisms", "needs delta", "CUDA", "module"):
