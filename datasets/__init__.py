@@ -156,9 +156,13 @@ def read_csv_strict(path: Path, expected_cols: int | None = None, **kw) -> pd.Da
     return df
 
 
+RUN_KEYS = ("n", "test_size", "expected_d", "allow_d_mismatch", "verify")  # card keys that do not change the parse
+
+
 def _cache_key(card: dict, paths: list[Path]) -> str:
     stats = [(str(p), p.stat().st_size, p.stat().st_mtime_ns) for p in paths]
-    blob = json.dumps([CACHE_VERSION, card, stats], sort_keys=True, default=str)
+    parse = {k: v for k, v in card.items() if k not in RUN_KEYS}
+    blob = json.dumps([CACHE_VERSION, parse, stats], sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:24]
 
 
