@@ -28,7 +28,8 @@ Deviations and choices (prefair.md §11 item numbers):
   heuristic search is not replicated.
 - A4: delta defaults to 1e-9 (the plugins' `default_delta`); `conversion: rdp_classic` uses Thm 4 instead.
 - A8: the candidate filter is correct by default; `ref_code_candidate_filter: true` replays the reference
-  code's skip-after-remove bug. A9: outcome-outcome edges are allowed (the paper's rule).
+  code's skip-after-remove bug (its trees can be unfair: `tree_fair` is then 0 instead of an error).
+  A9: outcome-outcome edges are allowed (the paper's rule).
 - A10: Adult's admissible set is the reference code's; `admissible: [...]` overrides the card's roles.
 - A11: int(Nhat) rows by default; `rows: n_original` releases len(data) rows (n is then not protected).
 - Metrics (§9): TVD over marginals with <= `max_cells` cells; ACD both as Bergsma's corrected Cramér's V
@@ -38,6 +39,10 @@ Deviations and choices (prefair.md §11 item numbers):
   are tested on the run's test split; set `data.test_size=0`
   for the paper's protocol (test = the full real data, A15). "Linear regression" predictions are clipped to
   [0, 1] before rounding. The MLP is the reference code's Keras net rebuilt in numpy.
+- Compas gaps: the published cells are labelled `sensitive=sex`, but the published MST gaps (DP ~0.25 at every
+  eps) match the gaps between Race codes 1 and 0 (African-American vs Caucasian), not Sex (~0.05): the card's
+  `roles.audit: [Race]` adds those gaps as `dp_race`, ..., and the Compas comparisons use them, with the Sex
+  gaps as extra rows (docs/prefair.md, "Compas").
 """
 
 from __future__ import annotations
@@ -315,7 +320,7 @@ class MarginalTreeRelease(Plugin):
         q = self.scores(Xc, meas, I, J)
         edges = self.select(q, I, J, d, self.roles, rho / 3, rng, ledger)
         self.fair_tree = is_fair(edges, d, self.roles)
-        if self.fair and not self.fair_tree:
+        if self.fair and not self.fair_tree and not self.params.get("ref_code_candidate_filter", False):
             raise AssertionError(f"{self.name} selected an unfair tree {edges}")
 
         tables = histograms(Xc, self.cdomain, edges)
@@ -575,7 +580,10 @@ def train_classifier(kind: str, X, y, rng, params) -> callable:
 
 def downstream_metrics(synth: pd.DataFrame, test, columns, roles: Roles, params, rng) -> dict[str, float]:
     """Train on the synthetic table, test on real data (§9 items 4-5). Features: every attribute but the
-    outcome, raw codes. The first classifier also fills `accuracy` and `risk_difference` (signed DP)."""
+    outcome, raw codes. The first classifier also fills `accuracy` and `risk_difference` (signed DP).
+    The gaps are between the card's s = 1 and s = 0; for each attribute in the card's `roles.audit` they are also
+    computed between its codes 1 and 0 (rows with other codes left out), keyed `<gap>_<attribute>`: the
+    reference code's `S == 1` / `S == 0` comparison applied to a multi-valued protected attribute."""
     outcome = columns[min(roles.outcome)]
     y_real = test.frame[outcome].to_numpy()
     if not np.array_equal(y_real == 1, test.y.astype(bool)):
@@ -585,21 +593,35 @@ def downstream_metrics(synth: pd.DataFrame, test, columns, roles: Roles, params,
     feats = [c for c in columns if c != outcome]
     admissible = [columns[i] for i in sorted(roles.admissible)]
     _, groups = np.unique(test.frame[admissible].to_numpy(), axis=0, return_inverse=True)
+    audit = {}
+    for attr in (test.roles or {}).get("audit") or []:
+        if attr not in test.frame.columns:
+            raise DataError(f"data={test.name}: roles.audit names {attr!r}, not an attribute of its discrete view")
+        code = test.frame[attr].to_numpy()
+        audit[attr.lower()] = (code <= 1, code == 1)
     kinds = params.get("classifiers", ["mlp", "lr"])
     out = {}
     for n, kind in enumerate([kinds] if isinstance(kinds, str) else kinds):
         predict = train_classifier(kind, synth[feats].to_numpy(float), (synth[outcome].to_numpy() == 1).astype(
             float), rng, params)
         yhat = predict(test.frame[feats].to_numpy(float))
-        rates = core_metrics.GroupRates(test.y, yhat, test.s)
-        m = {"accuracy": rates.rates()["accuracy"], "risk_difference": rates.difference("positive_rate"),
-             "dp": abs(rates.difference("positive_rate")), "tprb": abs(rates.difference("tpr")),
-             "tnrb": abs(rates.difference("tnr")), "accuracy_parity": abs(rates.difference("accuracy"))}
-        m |= conditional_gaps(yhat, test.y, test.s, groups.ravel())
+        m = {"accuracy": float(np.mean(yhat == test.y))} | fairness_gaps(yhat, test.y, test.s, groups.ravel())
+        m["risk_difference"] = core_metrics.GroupRates(test.y, yhat, test.s).difference("positive_rate")
+        for name, (rows, s) in audit.items():
+            gaps = fairness_gaps(yhat[rows], test.y[rows], s[rows], groups.ravel()[rows])
+            m |= {f"{k}_{name}": v for k, v in gaps.items()}
         out |= {f"{k}_{kind}": v for k, v in m.items()}
         if n == 0:
             out |= m
     return out
+
+
+def fairness_gaps(yhat, y, s, groups) -> dict[str, float]:
+    """§9 item 5: |DP|, |TPRB|, |TNRB|, accuracy parity and the conditional gaps between s = 1 and s = 0."""
+    rates = core_metrics.GroupRates(y, yhat, s)
+    return {"dp": abs(rates.difference("positive_rate")), "tprb": abs(rates.difference("tpr")),
+            "tnrb": abs(rates.difference("tnr")), "accuracy_parity": abs(rates.difference("accuracy"))
+            } | conditional_gaps(yhat, y, s, groups)
 
 
 # ---------------------------------------------------------------------------------------------- reproduction
@@ -611,20 +633,46 @@ TABLE3_OTHER_VARIANT = {"acd_pct_of_mst": "acd", "cdp_pct_of_mst": "cdp_weighted
                         "ctprb_pct_of_mst": "ctprb_weighted", "ctnrb_pct_of_mst": "ctnrb_weighted"}
 
 
+GAPS = ("dp", "tprb", "tnrb", "cdp", "ctprb", "ctnrb", "cdp_weighted", "ctprb_weighted", "ctnrb_weighted")
+
+
+def _gap_key(key: str, audit: str | None) -> str:
+    """Our metric key of a fairness gap measured on the card's `roles.audit` attribute `audit` (None: the card's
+    sensitive attribute)."""
+    return f"{key}_{audit}" if audit and key in GAPS else key
+
+
+def _write_comparison(table: pd.DataFrame, out_dir, title: str) -> None:
+    from privfair_cli import results
+    from privfair_cli.report import markdown
+
+    out_dir = Path(out_dir)
+    results.atomic_write(out_dir / "comparison.csv", table.to_csv(index=False, float_format="%.4f"))
+    results.atomic_write(out_dir / "comparison.md", f"# {title}\n\n" + markdown(
+        table.round(4).astype(object).where(table.notna(), "")))
+
+
 def table3_ratios(runs: pd.DataFrame, comparison: pd.DataFrame, out_dir) -> None:
     """Table 3 cells are 100 * mean(Greedy) / mean(MST) over the runs (§9 item 6): fill them in from the runs,
-    add the spec's other metric variant (Bergsma ACD, weighted conditional gaps) as extra rows, and rewrite
-    comparison.csv / .md."""
-    from privfair_cli import results
-    from privfair_cli.reproduce import COLUMNS
+    add the spec's other metric variant (Bergsma ACD, weighted conditional gaps) and, for datasets listed in the
+    experiment's `reproduce.audit` ({dataset: attribute}), the gaps on the card's sensitive attribute as extra
+    rows (the primary rows then use the audit attribute), and rewrite comparison.csv / .md."""
+    from privfair_cli.reproduce import COLUMNS, experiment_spec
 
+    audit_of = experiment_spec("prefair2023_table3").get("audit") or {}
     rows = []
     for r in comparison.itertuples(index=False):
         data = r.dataset  # published dataset names are our card names
-        variants = [(r.metric, TABLE3[r.metric], r.reason)]
+        audit = audit_of.get(data)
+        variants = [(r.metric, _gap_key(TABLE3[r.metric], audit), r.reason)]
         if r.metric in TABLE3_OTHER_VARIANT:
-            variants.append((f"{r.metric} [{TABLE3_OTHER_VARIANT[r.metric]}]", TABLE3_OTHER_VARIANT[r.metric],
+            key = _gap_key(TABLE3_OTHER_VARIANT[r.metric], audit)
+            variants.append((f"{r.metric} [{key}]", key,
                              "other variant of the metric (prefair.md §9): not the one behind the published number"))
+        if audit and TABLE3[r.metric] in GAPS:
+            variants.append((f"{r.metric} [{TABLE3[r.metric]}, sensitive=Sex]", TABLE3[r.metric],
+                             "gap on the card's sensitive attribute Sex (the published `sensitive=sex` label); the "
+                             f"primary row measures it on {audit} codes 1 vs 0 (docs/prefair.md, Compas)"))
         for metric, key, reason in variants:
             g = runs[(runs["algo"] == "prefair_greedy") & (runs["data"] == data)] if not runs.empty else runs
             m = runs[(runs["algo"] == "mst") & (runs["data"] == data)] if not runs.empty else runs
@@ -635,16 +683,30 @@ def table3_ratios(runs: pd.DataFrame, comparison: pd.DataFrame, out_dir) -> None
             verdict = "not_run" if not n else ("match" if abs(dev) <= tol else "deviates")
             if n and math.isnan(ours):
                 reason = "ratio undefined: both means are 0 (the MLP predicts no positive on the real table)"
-            rows.append([r.table, r.dataset, r.algorithm, r.setting + f";runs={n}", metric, r.published_mean,
+            setting = r.setting + (f";audit={audit}" if audit and key.endswith(f"_{audit}") else "") + f";runs={n}"
+            rows.append([r.table, r.dataset, r.algorithm, setting, metric, r.published_mean,
                          r.published_std, ours, float("nan"), dev, tol, verdict,
                          reason if verdict != "match" or metric != r.metric else ""])
-    table = pd.DataFrame(rows, columns=COLUMNS)
-    out_dir = Path(out_dir)
-    results.atomic_write(out_dir / "comparison.csv", table.to_csv(index=False, float_format="%.4f"))
-    from privfair_cli.report import markdown
+    _write_comparison(pd.DataFrame(rows, columns=COLUMNS), out_dir,
+                      "prefair2023_table3: ours vs published (percent of MST)")
 
-    results.atomic_write(out_dir / "comparison.md", "# prefair2023_table3: ours vs published (percent of MST)\n\n"
-                         + markdown(table.round(3).fillna("")))
+
+def fig8_variants(runs: pd.DataFrame, comparison: pd.DataFrame, out_dir) -> None:
+    """Figure 8: the primary rows compare the gaps between Race codes 1 and 0 (`dp_race`, ...); add, after each,
+    the same cell measured on the card's sensitive attribute Sex (the published `sensitive=sex` label), and
+    rewrite comparison.csv / .md."""
+    from privfair_cli import reproduce
+
+    spec = reproduce.experiment_spec("prefair2023_fig8")
+    published = pd.read_csv(reproduce.published_dir() / spec["published"])
+    sex = {pub: key.rsplit("_", 1)[0] for pub, key in spec["metrics"].items()}
+    extra = reproduce.compare(runs, published, spec | {"metrics": sex, "reasons": {}})
+    extra["metric"] = extra["metric"] + " [sensitive=Sex]"
+    extra["reason"] = ("gap on the card's sensitive attribute Sex (the published `sensitive=sex` label); the row "
+                       "above measures it on Race codes 1 vs 0 (docs/prefair.md, Compas)")
+    table = pd.concat([comparison, extra]).reset_index(drop=True)
+    order = np.argsort(np.r_[np.arange(len(comparison)), np.arange(len(extra)) + 0.5], kind="stable")
+    _write_comparison(table.iloc[order], out_dir, "prefair2023_fig8: ours vs published")
 
 
 def plot_fig7(runs: pd.DataFrame, comparison: pd.DataFrame, out_dir) -> None:

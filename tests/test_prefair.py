@@ -279,6 +279,26 @@ def test_compas_release_end_to_end():
     assert nbrs <= set(plugin.roles.admissible)
 
 
+def test_audit_attribute_gaps_compare_codes_1_and_0_only():
+    """roles.audit: [Race] on Compas adds the gaps between Race codes 1 and 0 (other races left out); checked
+    against a direct computation with the same "linear regression" predictions."""
+    from sklearn.linear_model import LinearRegression
+
+    table = load_card("compas")
+    cols = list(table.frame.columns)
+    roles = pf.Roles.from_names(cols, table.roles)
+    out = pf.downstream_metrics(table.frame, table, cols, roles, {"classifiers": ["lr"]}, np.random.default_rng(0))
+    feats = [c for c in cols if c != "Two_yr_Recidivism"]
+    X = table.frame[feats].to_numpy(float)
+    yhat = np.rint(np.clip(LinearRegression().fit(X, table.y).predict(X), 0, 1))
+    race = table.frame["Race"].to_numpy()
+    assert out["dp_race"] == pytest.approx(abs(yhat[race == 1].mean() - yhat[race == 0].mean()))
+    pos = table.y == 1
+    assert out["tprb_race"] == pytest.approx(abs(yhat[(race == 1) & pos].mean() - yhat[(race == 0) & pos].mean()))
+    assert out["dp"] == pytest.approx(abs(yhat[table.s == 1].mean() - yhat[table.s == 0].mean()))
+    assert out["dp_race_lr"] == out["dp_race"]
+
+
 def test_mst_on_adult_at_huge_eps_beats_the_papers_eps10_tvd():
     table = load_card("adult")
     plugin, _ = release(pf.MST, table, eps=1e3)
