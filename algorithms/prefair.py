@@ -701,7 +701,8 @@ def fig8_variants(runs: pd.DataFrame, comparison: pd.DataFrame, out_dir) -> None
     published = pd.read_csv(reproduce.published_dir() / spec["published"])
     sex = {pub: key.rsplit("_", 1)[0] for pub, key in spec["metrics"].items()}
     extra = reproduce.compare(runs, published, spec | {"metrics": sex, "reasons": {}})
-    extra["metric"] = extra["metric"] + " [sensitive=Sex]"
+    comparison = comparison.assign(metric=comparison["metric"] + " [Race 1 vs 0]")
+    extra["metric"] = extra["metric"] + " [Sex]"
     extra["reason"] = ("gap on the card's sensitive attribute Sex (the published `sensitive=sex` label); the row "
                        "above measures it on Race codes 1 vs 0 (docs/prefair.md, Compas)")
     table = pd.concat([comparison, extra]).reset_index(drop=True)
