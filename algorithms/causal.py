@@ -27,7 +27,8 @@ Deviations from the thesis, all chosen by the spec (privpc.md §0, §8):
 - Distance scores use the k* - 1 offset and a cap d_max (P3), found by a greedy search: the greedy count is an
   upper bound of the exact minimum, so sensitivity 1 (Corollaries 1-2) is not formally guaranteed for it.
 - PrivPC's budget schedule (P5) is not in the thesis: eps_r = eps / (p (L + 1)), eps1 = eps2 = eps_r / 2,
-  L = `max_order` = 2; when beta_hat = 0 the unused eps1 is still charged.
+  L = `max_order` = 2 (the Adult preset sets L = p - 2, no cap); when beta_hat = 0 the unused eps1 is still
+  charged.
 - PC is PC-stable (pcalg's default, P10); orientation uses sepsets (P8) and the standard Meek R3 (P9); colliders
   never re-orient an already oriented edge (conflicts: the first orientation is kept).
 - G^2 keeps pcalg's small-sample rule (p-value 1 when n < 10 df); LapMech clips noisy marginal cells at 0 and
