@@ -45,7 +45,10 @@ def run_hydra(args: list[str], debug: bool) -> int:
                 raise
             print(f"privfair: error: {err}", file=sys.stderr)
             raise SystemExit(EXIT_ERROR) from None
-        _print_record(record, run_dir)
+        if multirun:
+            print(f"{sweep.summary_line(record)}  -> {run_dir}")
+        else:
+            _print_record(record, run_dir)
 
     GlobalHydra.instance().clear()
     argv = sys.argv

@@ -161,9 +161,13 @@ def run_inprocess(overrides: list[str], sweep_dir: Path, log=print) -> int:
         record = runner.run(cfg, run_dir, log=lambda *_: None)
         if not done:
             results.atomic_write(run_dir / ".hydra" / "overrides.yaml", "".join(f"- {line}\n" for line in job))
-        m = record["metrics"]
-        shown = " ".join(f"{k}={m[k]:.4f}" for k in ("accuracy", "risk_difference", "tvd_2way", "edge_tdr")
-                         if m.get(k) is not None)
-        log(f"[{i}/{len(jobs)}] {'skip ' if done else ''}{record['algo']} {record['data']} eps={record['eps']:g} "
-            f"seed={record['seed']}: {shown}")
+        log(f"[{i}/{len(jobs)}] {'skip ' if done else ''}{summary_line(record)}")
     return len(jobs)
+
+
+def summary_line(record: dict) -> str:
+    """One line per run for sweeps: identity and the main metrics of its task kind."""
+    m = record["metrics"]
+    shown = " ".join(f"{k}={m[k]:.4f}" for k in ("accuracy", "risk_difference", "tvd_2way", "edge_tdr")
+                     if m.get(k) is not None)
+    return f"{record['algo']} {record['data']} eps={record['eps']:g} seed={record['seed']}: {shown}"
