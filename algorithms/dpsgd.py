@@ -559,6 +559,7 @@ class XuSGD(Plugin):
 
     def artifacts(self, run_dir) -> None:
         df = self.curves()
+        Path(run_dir).mkdir(parents=True, exist_ok=True)   # the in-process sweep creates it only when writing
         df.to_csv(Path(run_dir) / "curves.csv", index=False, float_format="%.6g")
         plot_curves(df, Path(run_dir) / "curves.png", title=f"{self.name}")
 
