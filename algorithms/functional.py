@@ -76,9 +76,10 @@ def delta_f(d: int) -> float:
     return d * d / 4 + d
 
 
-def delta_f_tilde(d: int) -> float:
-    """L1 sensitivity of the fairness-penalised polynomial, thesis Eq. 8.3 / Ding Lemma 2."""
-    return d * d / 4 + 3 * d
+def delta_f_tilde(d: int, alpha: float = 1.0) -> float:
+    """L1 sensitivity of the fairness-penalised polynomial, thesis Eq. 8.3 / Ding Lemma 2 (alpha = 1):
+    per coordinate |1/2 - y + alpha (s - s_bar)| x_l <= 1/2 + alpha, quadratic d^2/8, times 2."""
+    return d * d / 4 + d + 2 * alpha * d
 
 
 def delta_g(d: int) -> float:
@@ -149,19 +150,21 @@ def covariance_vector(X: np.ndarray, s: np.ndarray) -> np.ndarray:
     return X.T @ (s - s.mean())
 
 
-def fair_linear(X: np.ndarray, s: np.ndarray, fair_coef: str = "abs_elementwise") -> np.ndarray:
-    """The fairness part of PFLR's linear coefficients: sum_i |(s_i - s_bar) x_i| (Algorithm 5 line 3) or,
-    with `signed`, sum_i (s_i - s_bar) x_i."""
+def fair_linear(X: np.ndarray, s: np.ndarray, fair_coef: str = "signed") -> np.ndarray:
+    """The fairness part of PFLR's linear coefficients: `signed` sum_i (s_i - s_bar) x_i = c, the shift of the
+    Phi_1 coefficients that thesis §8.3.2 reads off Eq. 8.2 (default), or `abs_elementwise` sum_i |(s_i -
+    s_bar) x_i|, Algorithm 5 line 3 as printed (see deviation 3)."""
     if fair_coef == "abs_elementwise":
         return X.T @ np.abs(s - s.mean())
     if fair_coef == "signed":
         return covariance_vector(X, s)
-    raise ConfigError(f"fair_coef={fair_coef!r} is unknown; allowed: abs_elementwise, signed")
+    raise ConfigError(f"fair_coef={fair_coef!r} is unknown; allowed: signed, abs_elementwise")
 
 
-def fair_polynomial(X, y, s, fair_coef="abs_elementwise") -> Polynomial:
+def fair_polynomial(X, y, s, fair_coef="signed", alpha: float = 1.0) -> Polynomial:
+    """The Taylor polynomial of Eq. 8.1/8.2, f_D(w) + alpha g_D(w): b + alpha * fair_linear, M unchanged."""
     poly = lr_polynomial(X, y)
-    return Polynomial(poly.b + fair_linear(X, s, fair_coef), poly.M)
+    return Polynomial(poly.b + alpha * fair_linear(X, s, fair_coef), poly.M)
 
 
 def attribute_mask(feature_names: list[str], attribute: str, quad_index: str = "ordered") -> np.ndarray:
@@ -301,15 +304,25 @@ class PrivLR(FunctionalMechanism):
         return poly, math.sqrt(2) * sens / budget.eps
 
 
+def penalty_weight(params) -> float:
+    """alpha of Eq. 8.1 (the thesis sets alpha = 1 "for ease of discussion"; the analysis holds for any alpha)."""
+    alpha = float(params.get("alpha", 1.0))
+    if not alpha >= 0:
+        raise ConfigError(f"alpha={alpha} must be >= 0")
+    return alpha
+
+
 @register
 class PFLR(FunctionalMechanism):
     name = "pflr"
 
     def release(self, X, data, budget, ledger, rng):
         d = X.shape[1]
-        sens = delta_f_tilde(d)
-        self.info["sensitivity"] = sens
-        poly = fair_polynomial(X, data.y, data.s, self.params.get("fair_coef", "abs_elementwise"))
+        alpha = penalty_weight(self.params)
+        fair_coef = self.params.get("fair_coef", "signed")
+        sens = delta_f_tilde(d, alpha)
+        self.info |= {"sensitivity": sens, "alpha": alpha, "fair_coef_signed": float(fair_coef == "signed")}
+        poly = fair_polynomial(X, data.y, data.s, fair_coef, alpha)
         poly = laplace_fm(poly, sens, budget.eps, rng, ledger, "fair LR polynomial (Algorithm 5)", self.quad_index)
         return poly, math.sqrt(2) * sens / budget.eps
 
@@ -330,15 +343,17 @@ class PFLRStar(FunctionalMechanism):
         eps_f, eps_g = self.budget_split(budget.eps)
         mu = mechanisms.laplace(covariance_vector(X, data.s), delta_g(d), eps_g, rng, ledger,
                                 "mu = sum_i (s_i - s_bar) x_i (Algorithm 6 lines 1-2)")
-        shift = self.params.get("shift", "literal")
+        shift, alpha = self.params.get("shift", "literal"), penalty_weight(self.params)
         if shift == "mean":
             mu = mu / len(X)
         elif shift != "literal":
             raise ConfigError(f"pflr_star shift={shift!r} is unknown; allowed: literal, mean")
+        mu = alpha * mu  # post-processing of the released mu
         sens = delta_f(d)
         poly = laplace_fm(lr_polynomial(X, data.y), sens, eps_f, rng, ledger,
                           "LR polynomial (Algorithm 6 lines 3-6)", self.quad_index)
-        self.info |= {"eps_f": eps_f, "eps_g": eps_g, "sensitivity": sens, "sensitivity_g": delta_g(d)}
+        self.info |= {"eps_f": eps_f, "eps_g": eps_g, "sensitivity": sens, "sensitivity_g": delta_g(d),
+                      "alpha": alpha, "shift_mean": float(shift == "mean")}
         return Polynomial(poly.b + mu, poly.M), math.sqrt(2) * sens / eps_f
 
     def evaluate(self, train, test, rng):
@@ -400,7 +415,7 @@ class CalibratedFM(FunctionalMechanism):
         return attribute_mask(names, attribute, self.quad_index)
 
     def fair_polynomial(self, X, data) -> Polynomial:
-        return fair_polynomial(X, data.y, data.s, self.params.get("fair_coef", "abs_elementwise"))
+        return fair_polynomial(X, data.y, data.s, self.params.get("fair_coef", "signed"))
 
     @staticmethod
     def row_mass(mask: np.ndarray, d: int, quad_index: str, power: int) -> float:
@@ -463,9 +478,10 @@ class ADFC(CalibratedFM):
 
 @register
 class FairLR(LinearClassifier):
-    """FairLR (thesis Eqs. 3.16-3.17): exact LR subject to -tau <= c^T w <= tau. `mode: constraint` solves
-    tau = 0 exactly in the null space of c (w = P v, P = I - c c^T / c^T c) and tau > 0 by SLSQP; `mode:
-    penalty` minimises f(w) + alpha |c^T w - tau| (Eq. 8.1 form, |.| smoothed at 1e-6)."""
+    """FairLR (thesis Eqs. 3.16-3.17): LR subject to -tau <= c^T w <= tau. `objective: exact` (Eq. 3.9, default)
+    or `taylor` (the Eq. 3.10 polynomial that thesis §8.3.2 calls "the regular logistic regression"). `mode:
+    constraint` solves tau = 0 exactly in the null space of c (w = P v, P = I - c c^T / c^T c) and tau > 0 by
+    SLSQP; `mode: penalty` minimises f(w) + alpha |c^T w - tau| (Eq. 8.1 form, |.| smoothed at 1e-6)."""
 
     name = "fairlr"
     private = False
@@ -475,24 +491,32 @@ class FairLR(LinearClassifier):
         c = covariance_vector(X, data.s)
         tau = float(self.params.get("tau", 0.0))
         mode = self.params.get("mode", "constraint")
-        l2 = float(self.params.get("l2", 1e-6))
-        y = data.y
+        objective = self.params.get("objective", "exact")
+        if objective not in ("exact", "taylor"):
+            raise ConfigError(f"fairlr objective={objective!r} is unknown; allowed: exact, taylor")
         with threadpool_limits(1):
-            self.w = self.solve(X, y, c, tau, mode, l2)
-        self.info = {"constraint_value": float(c @ self.w), "tau": tau}
+            self.w = self.solve(X, data.y, c, tau, mode, objective, float(self.params.get("l2", 1e-6)))
+        self.info = {"constraint_value": float(c @ self.w), "tau": tau,
+                     "objective_taylor": float(objective == "taylor")}
         return self
 
-    def solve(self, X, y, c, tau, mode, l2) -> np.ndarray:
+    def solve(self, X, y, c, tau, mode, objective, l2) -> np.ndarray:
+        taylor = lr_polynomial(X, y) if objective == "taylor" else None
         if mode == "constraint" and tau == 0:
             P = np.eye(len(c)) - np.outer(c, c) / (c @ c)
+            if taylor is not None:  # the c direction has eigenvalue 0 in P M P and is trimmed
+                return P @ minimise(Polynomial(P @ taylor.b, P @ taylor.M @ P)).w
             return P @ fit_logistic(X @ P, y, l2=l2, intercept=False)
         elif mode in ("constraint", "penalty"):
             alpha = float(self.params.get("alpha", 1.0))
 
             def loss(w):
-                z = X @ w
-                f = np.sum(np.logaddexp(0.0, z) - y * z) + 0.5 * l2 * w @ w
-                g = X.T @ (expit(z) - y) + l2 * w
+                if taylor is None:
+                    z = X @ w
+                    f, g = np.sum(np.logaddexp(0.0, z) - y * z), X.T @ (expit(z) - y)
+                else:
+                    f, g = taylor.b @ w + w @ taylor.M @ w, taylor.b + (taylor.M + taylor.M.T) @ w
+                f, g = f + 0.5 * l2 * w @ w, g + l2 * w
                 if mode == "penalty":
                     u = c @ w - tau
                     f, g = f + alpha * np.sqrt(u * u + 1e-12), g + alpha * u / np.sqrt(u * u + 1e-12) * c

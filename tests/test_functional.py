@@ -66,6 +66,16 @@ def test_sensitivity_is_twice_the_largest_row_mass():
     assert 2 * np.abs(fair.pack()).sum() == fm.delta_f_tilde(d)
 
 
+@pytest.mark.parametrize("alpha", [0.5, 1.0, 3.0])
+def test_penalty_weight_sensitivity_is_twice_the_largest_row_mass(alpha):
+    """Eq. 8.3 with a general alpha: |1/2 - y + alpha (s - s_bar)| x_l <= 1/2 + alpha, attained at x = 1, y = 0."""
+    d = 5
+    x, y = np.ones((1, d)), np.zeros(1)
+    worst = fm.Polynomial(fm.lr_polynomial(x, y).b + alpha * x[0], fm.lr_polynomial(x, y).M)
+    assert 2 * np.abs(worst.pack()).sum() == fm.delta_f_tilde(d, alpha)
+    assert fm.delta_f_tilde(d, 1.0) == fm.delta_f_tilde(d)
+
+
 def test_extended_gaussian_sigma():
     """pdfc.md §1.4: eps = 1, delta = 1e-3 gives 3.7877 Delta, and the exact profile meets the target."""
     assert fm.extended_gaussian_sigma(1.0, 1.0, 1e-3) == pytest.approx(3.7877, abs=1e-4)
@@ -190,6 +200,23 @@ def test_pflr_star_with_infinite_eps_g_adds_exactly_mu():
     assert [e.sensitivity for e in ledger.entries] == [fm.delta_g(t.d), fm.delta_f(t.d)]
 
 
+def test_pflr_and_pflr_star_share_the_noise_free_objective():
+    """Thesis §8.3.2: the fairness term of Eq. 8.2 shifts the Phi_1 coefficients by c = sum_i (s_i - s_bar) x_i,
+    and PFLR*'s noise mean has "the equivalent effect". With the signed coefficient (default) noise-free PFLR and
+    PFLR* minimise the same polynomial; alpha scales the shift in both."""
+    t = toy()
+    for alpha in (1.0, 0.3):
+        pflr, _ = fit("pflr", t, eps=1e13, alpha=alpha)
+        star, _ = fit("pflr_star", t, eps=1e13, alpha=alpha)
+        np.testing.assert_allclose(pflr.w, star.w, rtol=1e-5, atol=1e-6)
+        poly = fm.lr_polynomial(t.X, t.y)
+        ref = fm.minimise(fm.Polynomial(poly.b + alpha * fm.covariance_vector(t.X, t.s), poly.M)).w
+        np.testing.assert_allclose(pflr.w, ref, rtol=1e-5, atol=1e-6)
+    literal, _ = fit("pflr", t, eps=1e13, fair_coef="abs_elementwise")
+    ref = fm.minimise(fm.Polynomial(poly.b + t.X.T @ np.abs(t.s - t.s.mean()), poly.M)).w
+    np.testing.assert_allclose(literal.w, ref, rtol=1e-5, atol=1e-6)
+
+
 def test_pflr_star_spends_eps_f_plus_eps_g():
     _, ledger = fit("pflr_star", toy(), eps=1.0, eps_f_ratio=0.3)
     assert [e.eps for e in ledger.entries] == pytest.approx([0.7, 0.3])
@@ -210,6 +237,17 @@ def test_fairlr_constraint_holds_on_training_data():
     assert abs(c @ plugin.w) <= 1e-6 * np.linalg.norm(c) * np.linalg.norm(plugin.w)
     plain, _ = fit("fairlr", t, mode="constraint", tau=abs(c @ plugin.w) + 1e9)  # inactive constraint
     assert abs(c @ plain.w) > 1e-3 * np.linalg.norm(c) * np.linalg.norm(plain.w)
+
+
+def test_fairlr_taylor_objective_solves_the_kkt_system():
+    """objective=taylor: argmin b^T w + w^T M w s.t. c^T w = 0 equals the KKT solve [2M c; c^T 0] (full rank)."""
+    t = toy(n=2000, d=8)
+    plugin, _ = fit("fairlr", t, objective="taylor")
+    poly, c = fm.lr_polynomial(t.X, t.y), fm.covariance_vector(t.X, t.s)
+    kkt = np.block([[2 * poly.M, c[:, None]], [c[None, :], np.zeros((1, 1))]])
+    ref = np.linalg.solve(kkt, np.concatenate([-poly.b, [0.0]]))[:-1]
+    np.testing.assert_allclose(plugin.w, ref, rtol=1e-6, atol=1e-8)
+    assert abs(c @ plugin.w) <= 1e-6 * np.linalg.norm(c) * np.linalg.norm(plugin.w)
 
 
 def test_pflr_star_shift_lowers_the_privileged_group_scores():
