@@ -248,6 +248,7 @@ class TrainConfig:
     empty_group_fraction: str = "one"
     denominator: str = "batch_fraction"
     epochs: int = 1
+    group_mean_grad: bool = False  # also log ||mean of g_i over the group's examples of the epoch||
 
 
 def clip_factors(cfg: TrainConfig, nu: torch.Tensor, k: torch.Tensor, rng: np.random.Generator):
@@ -310,6 +311,7 @@ class TrainLog:
     norm: np.ndarray
     count: np.ndarray
     clip_bound: np.ndarray | None = None  # DPSGD-F: epoch-average C^k
+    mean_grad_norm: np.ndarray | None = None  # ||sum_i g_i|| / n_k over the group's examples of each epoch
     steps: int = 0
     extra: dict = field(default_factory=dict)
 
@@ -327,7 +329,19 @@ def train(model: nn.Module, model_kind: str, X: torch.Tensor, y: torch.Tensor, g
     norm_sum, count = torch.zeros_like(loss_sum), torch.zeros_like(loss_sum)
     ck_sum, ck_steps = np.zeros((E, K)), np.zeros(E)
     decay = cfg.l2 if cfg.l2_mode == "after_noise" else 0.0
+    gsum = [[torch.zeros_like(p, dtype=torch.float64) for p in engine.params] for _ in range(K)]
+    mean_grad_sq = np.zeros((E, K))
+
+    def close_epoch(e):  # squared norm of each group's gradient sum over epoch e, then reset
+        for k in range(K):
+            mean_grad_sq[e, k] = sum(float(v.pow(2).sum()) for v in gsum[k])
+            for v in gsum[k]:
+                v.zero_()
+
+    epoch = 0
     for t, idx in enumerate(batches(n, cfg, rng)):
+        if cfg.group_mean_grad and min(t * cfg.batch_size // n, E - 1) != epoch:
+            close_epoch(epoch)
         epoch = min(t * cfg.batch_size // n, E - 1)
         sel = torch.as_tensor(idx, device=device)
         xb, yb, kb = X[sel], y[sel], groups[sel]
@@ -335,6 +349,10 @@ def train(model: nn.Module, model_kind: str, X: torch.Tensor, y: torch.Tensor, g
             losses, nu = engine.compute(xb, lambda out, yb=yb: per_example_loss(model_kind, out, yb))
             c, C, Ck = clip_factors(cfg, nu, kb, rng)
             summed = engine.clipped_sum(c)
+            if cfg.group_mean_grad:  # unclipped per-group sums: a non-private diagnostic like the norms
+                for k in range(K):
+                    for acc, v in zip(gsum[k], engine.clipped_sum((kb == k).to(nu.dtype)), strict=True):
+                        acc += v.double()
             slot = epoch * K + kb
             loss_sum.index_add_(0, slot, losses.double())
             norm_sum.index_add_(0, slot, nu.double())
@@ -354,7 +372,11 @@ def train(model: nn.Module, model_kind: str, X: torch.Tensor, y: torch.Tensor, g
                     p -= cfg.lr * decay * p
     as_np = [v.reshape(E, K).cpu().numpy() for v in (loss_sum, norm_sum, count)]
     ck = ck_sum / np.maximum(ck_steps, 1)[:, None] if cfg.algorithm == "dpsgd_f" else None
-    return TrainLog(*as_np, clip_bound=ck, steps=cfg.steps)
+    mg = None
+    if cfg.group_mean_grad:
+        close_epoch(epoch)
+        mg = np.sqrt(mean_grad_sq) / np.maximum(as_np[2], 1)
+    return TrainLog(*as_np, clip_bound=ck, mean_grad_norm=mg, steps=cfg.steps)
 
 
 def predict_scores(model: nn.Module, X: torch.Tensor, chunk: int = 4096) -> torch.Tensor:
@@ -417,7 +439,12 @@ class XuSGD(Plugin):
             l2=float(self._setting("l2", mk)), l2_mode=self.params.get("l2_mode", "after_noise"),
             batch_sampling=self.params.get("batch_sampling", "poisson"), groups=self.K,
             empty_group_fraction=self.params.get("empty_group_fraction", "one"),
-            denominator=self.params.get("denominator", "batch_fraction"), epochs=epochs, sigma=0.0, sigma1=0.0)
+            denominator=self.params.get("denominator", "batch_fraction"), epochs=epochs, sigma=0.0, sigma1=0.0,
+            group_mean_grad=self._group_mean_grad(mk))
+
+    def _group_mean_grad(self, model_kind) -> bool:
+        value = self.params.get("group_mean_grad", "auto")
+        return model_kind == "logistic" if value in (None, "auto") else bool(value)
 
     def _fit_model(self, cfg: TrainConfig, data, rng) -> tuple[nn.Module, TrainLog]:
         seed = int(rng.integers(2**62))
@@ -525,6 +552,8 @@ class XuSGD(Plugin):
             n = self.log.count[-1, g]
             out[f"avg_loss_{name}"] = float(self.log.loss[-1, g] / n) if n else float("nan")
             out[f"avg_grad_norm_{name}"] = float(self.log.norm[-1, g] / n) if n else float("nan")
+            if self.log.mean_grad_norm is not None:
+                out[f"mean_grad_norm_{name}"] = float(self.log.mean_grad_norm[-1, g]) if n else float("nan")
         if self.reference is not None:
             ref = self._group_accuracy(self.reference, test)
             for key, value in ref.items():
@@ -555,6 +584,8 @@ class XuSGD(Plugin):
             "avg_grad_norm": (self.log.norm / n).ravel()})
         if self.log.clip_bound is not None:
             df["avg_clip_bound"] = self.log.clip_bound.ravel()
+        if self.log.mean_grad_norm is not None:
+            df["mean_grad_norm"] = self.log.mean_grad_norm.ravel()
         return df
 
     def artifacts(self, run_dir) -> None:

@@ -155,6 +155,26 @@ def test_dpsgd_f_equals_dpsgd_at_twice_the_bound():
     assert not torch.allclose(f, other)
 
 
+def test_group_mean_gradient_norm_equals_autograd_per_group():
+    """Table 9.3 diagnostic: with r = 0 (fixed weights) and one shuffled epoch, the logged norm of each group's
+    mean gradient equals ||grad of the group's mean loss|| from plain autograd, and the mean per-example norm
+    is at least as large (triangle inequality)."""
+    X, y, s = census_like(n=640, d=6)
+    model = dpsgd.build_model("logistic", X.shape[1], 2)
+    torch.nn.init.normal_(model[0].weight, generator=torch.Generator().manual_seed(0))
+    cfg = dpsgd.TrainConfig(algorithm="sgd", steps=10, batch_size=64, lr=0.0, sigma=0.0, groups=2, epochs=1,
+                            batch_sampling="shuffle", group_mean_grad=True)
+    Xt, yt = torch.as_tensor(X, dtype=torch.float32), torch.as_tensor(y)
+    log = dpsgd.train(model, "logistic", Xt, yt, torch.as_tensor(s), cfg, np.random.default_rng(0))
+    for k in (0, 1):
+        model.zero_grad()
+        rows = torch.as_tensor(s == k)
+        dpsgd.per_example_loss("logistic", model(Xt[rows]), yt[rows]).mean().backward()
+        expect = torch.sqrt(sum(p.grad.pow(2).sum() for p in model.parameters())).item()
+        assert log.mean_grad_norm[0, k] == pytest.approx(expect, rel=1e-5)
+        assert log.norm[0, k] / log.count[0, k] >= expect
+
+
 def test_noise_std_on_averaged_gradient_is_sigma_C_over_b():
     """One step with and without noise from the same random state: the parameter difference is
     lr * N(0, sigma^2 C^2) / b per coordinate."""
