@@ -5,10 +5,12 @@ Algorithms (CLI keys; specs `pflr.md`, `pdfc.md`):
 - `lr_taylor` - "No-Privacy" Taylor LR: the noise-free minimiser of the second-order Taylor polynomial of the
   LR loss (pdfc.md §2.1; Xu thesis Eqs. 3.10-3.12).
 - `privlr`   - FM of Zhang et al. on that polynomial, Laplace, Delta_f = d^2/4 + d, eps-DP (pflr.md §2.2).
-- `fairlr`   - exact LR under the decision-boundary covariance constraint |c^T w| <= tau, c = sum (s_i - s_bar)
-  x_i (thesis Eqs. 3.16-3.17; pflr.md §2.3). Non-private.
-- `pflr`     - PFLR, thesis Algorithm 5: penalty |(s_i - s_bar) x_i| in the linear coefficients, FM with
-  Delta_f_tilde = d^2/4 + 3d, eps-DP (pflr.md §2.4).
+- `fairlr`   - LR under the decision-boundary covariance constraint |c^T w| <= tau, c = sum (s_i - s_bar) x_i
+  (thesis Eqs. 3.16-3.17; pflr.md §2.3). Non-private. A constraint, not a penalty: §8.4.1 uses Eq. 3.17 "as
+  the fairness constraint" (`mode: penalty` is the Eq. 8.1 alternative). `objective: exact` (Eq. 3.9, default,
+  spec §1.1) | `taylor` (the Eq. 3.10 polynomial, which §8.3.2 calls "the regular logistic regression").
+- `pflr`     - PFLR, thesis Algorithm 5: the fairness penalty |(s_i - s_bar) x_i| in the linear coefficients
+  (deviation 3), FM with Delta_f_tilde = d^2/4 + 3d, eps-DP (pflr.md §2.4).
 - `pflr_star`- PFLR*, thesis Algorithm 6: FM with Delta_f under eps_f, the Laplace noise of the linear
   coefficients shifted by mu = c + Lap(2d/eps_g), eps = eps_f + eps_g (pflr.md §2.5).
 - `relaxed_fm` - Ding et al. Algorithm 2: FM with Gaussian noise, L2 sensitivity sqrt(d^2/16 + d), sigma from
@@ -30,14 +32,30 @@ Deviations and choices (each a config key where the spec asks for one):
    noise std of one quadratic coefficient (sqrt(2) Delta/eps for Laplace, sigma for Gaussian). Recorded in every
    run's metrics (`fm_trim`, `fm_ridge`, `fm_reg_kappa`, `fm_lambda_reg`, `fm_kept_eigenvalues`).
 2. Algorithm 5 line 7 builds the objective from the un-noised lambda_1 (A2): we use the noisy b_bar.
-3. PFLR's fairness coefficient is the literal element-wise |(s_i - s_bar) x_i| of Algorithm 5 (A3);
-   `fair_coef: signed` uses (s_i - s_bar) x_i instead. The same coefficients serve PDFC/ADFC (B7).
+3. PFLR's fairness coefficient (A3), `fair_coef: abs_elementwise` (default) | `signed`. Eq. 8.2 penalises
+   |sum_i (s_i - s_bar) x_i^T w|, which is not a polynomial. PFLR's own section then states the coefficient
+   three times in the element-wise form lambda_1 + |(s_i - s_bar) x_i|: the sentence after Eq. 8.2,
+   Algorithm 5 line 3, and Eq. 8.3, whose sensitivity is derived for the coefficient (1/2 - y + |s - s_bar|)
+   itself. That operational text is the default. `signed` (c = sum_i (s_i - s_bar) x_i) is the author's own
+   reading of Eq. 8.2 in §8.3.2 ("shifting the first degree polynomial coefficients of Phi_1 ... by
+   sum_i (s_i - s_bar) x_i", with PFLR*'s noise mean having "the equivalent effect"; §8.1 likewise): the
+   linear branch of |c^T w| on the side c^T w > 0 where the unconstrained model sits (A4); noise-free PFLR and
+   PFLR* then minimise the same polynomial. The element-wise sum is n s_bar (1 - s_bar)(centroid_1 +
+   centroid_0): it carries no group difference and mainly lowers every score, so `signed` is the reading that
+   makes the penalty a fairness term; Eq. 8.3's bound (3/2 per coordinate) covers both. Neither reading
+   reproduces both datasets (docs: literal matches Adult, signed matches Dutch at large eps). PDFC/ADFC use
+   the same polynomial and default (Ding Eq. 5-6 print no per-row coefficients, B7). `alpha` (Eq. 8.1's
+   weight; the thesis sets alpha = 1 "for ease of discussion", the analysis holds for any) scales the term;
+   PFLR's sensitivity is then d^2/4 + d + 2 alpha d. Default alpha = 1 everywhere.
 4. Quadratic coefficients are the d^2 ordered pairs with independent noise (A5); `quad_index: unique` draws
    one noise value per monomial w_l w_m (l <= m) instead (same L1 sensitivity).
 5. No intercept (A6); `add_intercept: true` appends a constant-1 feature and the sensitivities use d + 1.
-6. PFLR*'s shift: `shift: literal` (default, mu as printed) | `mean` (mu / n_train, the covariance-normalised
-   shift of pflr.md §10; n is public under replace-one adjacency). `eps_f` (absolute) or `eps_f_ratio`
-   (default 0.5, Table 8.1) split the budget.
+6. PFLR*'s shift: `shift: literal` (default, mu = sum_i (s_i - s_bar) x_i as printed) | `mean` (mu / n_train).
+   The sum is the text's reading: Algorithm 6 line 2 and Eq. 8.5 (Delta_g = 2d is the sensitivity of the
+   sum, not of a mean), and f_D is itself a sum over rows (Eq. 3.9), so sum-vs-sum with alpha = 1 is the weight
+   Eq. 8.1 states; `mean` amounts to alpha = 1/n and is kept only as a named option. `alpha` scales the
+   released mu (post-processing, no privacy cost). `eps_f` (absolute) or `eps_f_ratio` (default 0.5, Table
+   8.1) split the budget.
 7. PDFC/ADFC split (B1, not in the paper): `eps_ratio = eps_s/eps_n` (default 0.1) with the paper's
    accounting eps = eps_s/d + (d-1) eps_n/d; ADFC's delta_s = delta_n = 1 - sqrt(1 - delta). The ledger records
    the larger of the paper's figure and the exact bound of pdfc.md §2.4/§2.5 (eps_exact for Laplace; the exact
@@ -150,10 +168,10 @@ def covariance_vector(X: np.ndarray, s: np.ndarray) -> np.ndarray:
     return X.T @ (s - s.mean())
 
 
-def fair_linear(X: np.ndarray, s: np.ndarray, fair_coef: str = "signed") -> np.ndarray:
-    """The fairness part of PFLR's linear coefficients: `signed` sum_i (s_i - s_bar) x_i = c, the shift of the
-    Phi_1 coefficients that thesis §8.3.2 reads off Eq. 8.2 (default), or `abs_elementwise` sum_i |(s_i -
-    s_bar) x_i|, Algorithm 5 line 3 as printed (see deviation 3)."""
+def fair_linear(X: np.ndarray, s: np.ndarray, fair_coef: str = "abs_elementwise") -> np.ndarray:
+    """The fairness part of PFLR's linear coefficients: `abs_elementwise` sum_i |(s_i - s_bar) x_i|, Algorithm 5
+    line 3 as printed (default), or `signed` sum_i (s_i - s_bar) x_i = c, the shift of the Phi_1 coefficients
+    that thesis §8.3.2 reads off Eq. 8.2 (see deviation 3)."""
     if fair_coef == "abs_elementwise":
         return X.T @ np.abs(s - s.mean())
     if fair_coef == "signed":
@@ -161,7 +179,7 @@ def fair_linear(X: np.ndarray, s: np.ndarray, fair_coef: str = "signed") -> np.n
     raise ConfigError(f"fair_coef={fair_coef!r} is unknown; allowed: signed, abs_elementwise")
 
 
-def fair_polynomial(X, y, s, fair_coef="signed", alpha: float = 1.0) -> Polynomial:
+def fair_polynomial(X, y, s, fair_coef="abs_elementwise", alpha: float = 1.0) -> Polynomial:
     """The Taylor polynomial of Eq. 8.1/8.2, f_D(w) + alpha g_D(w): b + alpha * fair_linear, M unchanged."""
     poly = lr_polynomial(X, y)
     return Polynomial(poly.b + alpha * fair_linear(X, s, fair_coef), poly.M)
@@ -319,7 +337,7 @@ class PFLR(FunctionalMechanism):
     def release(self, X, data, budget, ledger, rng):
         d = X.shape[1]
         alpha = penalty_weight(self.params)
-        fair_coef = self.params.get("fair_coef", "signed")
+        fair_coef = self.params.get("fair_coef", "abs_elementwise")
         sens = delta_f_tilde(d, alpha)
         self.info |= {"sensitivity": sens, "alpha": alpha, "fair_coef_signed": float(fair_coef == "signed")}
         poly = fair_polynomial(X, data.y, data.s, fair_coef, alpha)
@@ -415,7 +433,7 @@ class CalibratedFM(FunctionalMechanism):
         return attribute_mask(names, attribute, self.quad_index)
 
     def fair_polynomial(self, X, data) -> Polynomial:
-        return fair_polynomial(X, data.y, data.s, self.params.get("fair_coef", "signed"))
+        return fair_polynomial(X, data.y, data.s, self.params.get("fair_coef", "abs_elementwise"))
 
     @staticmethod
     def row_mass(mask: np.ndarray, d: int, quad_index: str, power: int) -> float:

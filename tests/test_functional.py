@@ -202,17 +202,17 @@ def test_pflr_star_with_infinite_eps_g_adds_exactly_mu():
 
 def test_pflr_and_pflr_star_share_the_noise_free_objective():
     """Thesis §8.3.2: the fairness term of Eq. 8.2 shifts the Phi_1 coefficients by c = sum_i (s_i - s_bar) x_i,
-    and PFLR*'s noise mean has "the equivalent effect". With the signed coefficient (default) noise-free PFLR and
-    PFLR* minimise the same polynomial; alpha scales the shift in both."""
+    and PFLR*'s noise mean has "the equivalent effect". With `fair_coef: signed` noise-free PFLR and PFLR*
+    minimise the same polynomial; alpha scales the shift in both. The default is Algorithm 5's element-wise form."""
     t = toy()
     for alpha in (1.0, 0.3):
-        pflr, _ = fit("pflr", t, eps=1e13, alpha=alpha)
+        pflr, _ = fit("pflr", t, eps=1e13, alpha=alpha, fair_coef="signed")
         star, _ = fit("pflr_star", t, eps=1e13, alpha=alpha)
         np.testing.assert_allclose(pflr.w, star.w, rtol=1e-5, atol=1e-6)
         poly = fm.lr_polynomial(t.X, t.y)
         ref = fm.minimise(fm.Polynomial(poly.b + alpha * fm.covariance_vector(t.X, t.s), poly.M)).w
         np.testing.assert_allclose(pflr.w, ref, rtol=1e-5, atol=1e-6)
-    literal, _ = fit("pflr", t, eps=1e13, fair_coef="abs_elementwise")
+    literal, _ = fit("pflr", t, eps=1e13)
     ref = fm.minimise(fm.Polynomial(poly.b + t.X.T @ np.abs(t.s - t.s.mean()), poly.M)).w
     np.testing.assert_allclose(literal.w, ref, rtol=1e-5, atol=1e-6)
 
