@@ -40,6 +40,9 @@ Deviations and choices (spec §7):
   plugins train it in the same run from the same random state, which reproduces the `sgd` run exactly
   (tested). The per-group loss / gradient-norm curves (Table 9.3, Figures 9.1/9.2/9.4) are non-private
   diagnostics of the training data, as in the thesis; they are written to `curves.csv`, never used to train.
+- Table 9.3's "average gradient norm" fits the norm of the group's mean gradient over the epoch, not spec §5's
+  mean per-example norm; both are logged (`mean_grad_norm`, with `group_mean_grad: auto` = logistic only, and
+  `avg_grad_norm`), the comparison uses the former.
 - Model hyperparameters `auto` take the spec's §3 value for the model (CNN: C=1, sigma=0.8, 60 epochs,
   r=0.01; logistic: C=0.5, sigma=1, 20 epochs, r=1/sqrt(T), l2=0.01).
 """
