@@ -92,6 +92,7 @@ def run(cfg: DictConfig, run_dir: Path, log=print) -> dict:
     metrics |= {"n_train": len(train), "n_test": len(test), "d": table.d}
     metrics |= plugin.extra_metrics()
     timings["evaluate"] = time.perf_counter() - t2
+    run_dir.mkdir(parents=True, exist_ok=True)
     plugin.artifacts(run_dir)
     timings["total"] = time.perf_counter() - t0
 
