@@ -61,9 +61,13 @@ def environment(device: str) -> dict:
 def run(cfg: DictConfig, run_dir: Path, log=print) -> dict:
     rc = schema.validate(cfg)
     run_dir = Path(run_dir)
+    config_yaml = OmegaConf.to_yaml(cfg, resolve=True)
     if results.is_complete(run_dir) and not rc.overwrite:
-        log(f"skip (complete): {run_dir} already holds this run; overwrite=true redoes it")
-        return json.loads((run_dir / "metrics.json").read_text())
+        stored = run_dir / "config.yaml"
+        if stored.is_file() and stored.read_text() == config_yaml:
+            log(f"skip (complete): {run_dir} already holds this run; overwrite=true redoes it")
+            return json.loads((run_dir / "metrics.json").read_text())
+        log(f"re-running: the config differs from the one stored in {run_dir}")
     timings = {}
     t0 = time.perf_counter()
     rng = streams(rc.seed)
@@ -107,5 +111,5 @@ def run(cfg: DictConfig, run_dir: Path, log=print) -> dict:
         "timings": timings,
         "env": environment(device) | {"argv": " ".join(sys.argv[1:])},
     }
-    results.write_run(run_dir, OmegaConf.to_yaml(cfg, resolve=True), record)
+    results.write_run(run_dir, config_yaml, record)
     return record

@@ -157,8 +157,9 @@ def run_inprocess(overrides: list[str], sweep_dir: Path, log=print) -> int:
     for i, job in enumerate(jobs, 1):
         cfg = job_config(job)
         run_dir = run_dir_of(sweep_dir, cfg, job)
-        done = results.is_complete(run_dir) and not cfg.get("overwrite", False)
-        record = runner.run(cfg, run_dir, log=lambda *_: None)
+        messages: list[str] = []
+        record = runner.run(cfg, run_dir, log=messages.append)
+        done = any(m.startswith("skip") for m in messages)
         if not done:
             results.atomic_write(run_dir / ".hydra" / "overrides.yaml", "".join(f"- {line}\n" for line in job))
         log(f"[{i}/{len(jobs)}] {'skip ' if done else ''}{summary_line(record)}")

@@ -126,3 +126,15 @@ def test_inprocess_sweep_matches_hydra_multirun(tmp_path, monkeypatch):
         assert json.loads(twin.read_text())["metrics"] == json.loads(path.read_text())["metrics"]
         assert (twin.parent / ".hydra" / "overrides.yaml").is_file()
     assert len(list((tmp_path / "fast").rglob("metrics.json"))) == 2
+
+
+@needs_data("german_credit")
+def test_resume_reruns_when_the_config_changed(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert main(["run", "algo=lr", "data=german", "hydra.run.dir=out"]) == 0
+    assert main(["run", "algo=lr", "data=german", "hydra.run.dir=out"]) == 0
+    assert "skip (complete)" in capsys.readouterr().out
+    assert main(["run", "algo=lr", "data=german", "algo.l2=10", "hydra.run.dir=out"]) == 0
+    out = capsys.readouterr().out
+    assert "re-running: the config differs" in out and "skip" not in out
+    assert "l2: 10" in (tmp_path / "out" / "config.yaml").read_text()
