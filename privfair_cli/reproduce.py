@@ -10,6 +10,9 @@ Verdict of a cell: `match` when |ours - published| <= tolerance, with
 of means when both sides average `runs` runs); `deviates` otherwise; `substitute` where our dataset stands in for
 one that is not public; `not_run` where no run matched the cell.
 
+An experiment may declare `without_cuda: skip` (GPU-only) or `without_cuda: [overrides]` (the cells that fit a
+CPU, e.g. `[data=adult,dutch]`), applied when no CUDA device is visible.
+
 Optional keys for tables whose `setting` column names variants and groups: a `datasets` value may be a list of
 cards, told apart by a setting mapped in `settings`; `values: {setting key: {published value: our value}}`
 translates a setting's values before matching; `metric_suffix: {setting key: {published value: suffix}}`
@@ -134,14 +137,35 @@ def collect_runs(run_root: Path, spec: dict) -> pd.DataFrame:
     return runs
 
 
-def reproduce(name: str, overrides: list[str], run: bool = True) -> pd.DataFrame:
+def without_cuda(spec: dict, overrides: list[str]) -> list[str] | None:
+    """The overrides to use on a machine without CUDA: the experiment's `without_cuda` overrides (e.g. its census
+    cells only) under the user's own, or None when it declares `without_cuda: skip` (GPU-only tables)."""
+    import torch
+
+    rule = spec.get("without_cuda")
+    if rule is None or torch.cuda.is_available():
+        return overrides
+    if rule == "skip":
+        return None
+    given = {o.split("=", 1)[0].lstrip("+~") for o in overrides}
+    return [o for o in rule if o.split("=", 1)[0].lstrip("+~") not in given] + list(overrides)
+
+
+def reproduce(name: str, overrides: list[str], run: bool = True) -> pd.DataFrame | None:
     from privfair_cli.report import markdown
     from privfair_cli.sweep import run_inprocess
 
     spec = experiment_spec(name)
     out = RESULTS_ROOT / "reproduce" / name
     if run:
-        run_inprocess([f"experiment={name}", *overrides], out / "runs")
+        effective = without_cuda(spec, overrides)
+        if effective is None:
+            print(f"skip {name}: it needs a CUDA GPU at the paper's size (`privfair run -m experiment={name}` forces "
+                  f"it on this machine)")
+            return None
+        if effective != overrides:
+            print(f"{name}: no CUDA device, running the CPU cells only ({' '.join(effective)})")
+        run_inprocess([f"experiment={name}", *effective], out / "runs")
     runs = collect_runs(out / "runs", spec)
     published = pd.read_csv(published_dir() / spec["published"])
     comparison = compare(runs, published, spec)
