@@ -58,13 +58,24 @@ def environment(device: str) -> dict:
     return env
 
 
+def same_run(stored: Path, cfg: DictConfig) -> bool:
+    """Whether a stored config describes the same run: everything but the experiment's `reproduce:` block
+    (comparison metadata such as the reasons for deviating cells) must be equal."""
+    if not stored.is_file():
+        return False
+    old = OmegaConf.to_container(OmegaConf.load(stored))
+    new = OmegaConf.to_container(cfg, resolve=True)
+    old.pop("reproduce", None)
+    new.pop("reproduce", None)
+    return old == new
+
+
 def run(cfg: DictConfig, run_dir: Path, log=print) -> dict:
     rc = schema.validate(cfg)
     run_dir = Path(run_dir)
     config_yaml = OmegaConf.to_yaml(cfg, resolve=True)
     if results.is_complete(run_dir) and not rc.overwrite:
-        stored = run_dir / "config.yaml"
-        if stored.is_file() and stored.read_text() == config_yaml:
+        if same_run(run_dir / "config.yaml", cfg):
             log(f"skip (complete): {run_dir} already holds this run; overwrite=true redoes it")
             return json.loads((run_dir / "metrics.json").read_text())
         log(f"re-running: the config differs from the one stored in {run_dir}")
