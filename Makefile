@@ -37,7 +37,6 @@ reproduce: setup
 	$(BIN)/privfair reproduce all
 
 bench: setup
-	-$(BIN)/python -m pip install -q -e ".[bench]"
 	$(BIN)/python -m bench
 
 lint: setup
