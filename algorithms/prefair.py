@@ -535,7 +535,8 @@ def train_mlp(X: np.ndarray, y: np.ndarray, rng: np.random.Generator, epochs: in
             for layer in range(n_layers):
                 z = acts[-1] @ params[2 * layer] + params[2 * layer + 1]
                 acts.append(np.maximum(z, 0) if layer < n_layers - 1 else z)
-            grad = (1 / (1 + np.exp(-acts[-1][:, 0])) - y[idx])[:, None] / len(idx)  # d BCE / d logit
+            with np.errstate(over="ignore"):  # exp overflow -> inf -> sigmoid 0, which is exact
+                grad = (1 / (1 + np.exp(-acts[-1][:, 0])) - y[idx])[:, None] / len(idx)  # d BCE / d logit
             grads = [None] * len(params)
             for layer in reversed(range(n_layers)):
                 grads[2 * layer] = acts[layer].T @ grad
