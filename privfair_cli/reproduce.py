@@ -11,7 +11,7 @@ of means when both sides average `runs` runs); `deviates` otherwise; `substitute
 one that is not public; `not_run` where no run matched the cell.
 
 An experiment may declare `without_cuda: skip` (GPU-only) or `without_cuda: [overrides]` (the cells that fit a
-CPU, e.g. `[data=adult,dutch]`), applied when no CUDA device is visible.
+CPU, e.g. `["data=adult,dutch"]`, quoted so YAML keeps the comma), applied when no CUDA device is visible.
 
 Optional keys for tables whose `setting` column names variants and groups: a `datasets` value may be a list of
 cards, told apart by a setting mapped in `settings`; `values: {setting key: {published value: our value}}`
