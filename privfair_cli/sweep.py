@@ -9,6 +9,7 @@ directory, so either can continue what the other started.
 
 from __future__ import annotations
 
+import copy
 import itertools
 import os
 from functools import lru_cache
@@ -129,7 +130,7 @@ def job_config(job: list[str]):
 
     parsed = split_overrides(job)
     is_group = [ov.get_key_element().lstrip("+~") in GROUPS or ov.input_line.startswith("~") for ov in parsed]
-    cfg = _composed(tuple(line for line, g in zip(job, is_group, strict=True) if g)).copy()
+    cfg = copy.deepcopy(_composed(tuple(line for line, g in zip(job, is_group, strict=True) if g)))
     with open_dict(cfg):
         for ov, g in zip(parsed, is_group, strict=True):
             if not g:
@@ -160,6 +161,9 @@ def run_inprocess(overrides: list[str], sweep_dir: Path, log=print) -> int:
         messages: list[str] = []
         record = runner.run(cfg, run_dir, log=messages.append)
         done = any(m.startswith("skip") for m in messages)
+        for m in messages:
+            if m.startswith("re-running"):
+                log(m)
         if not done:
             results.atomic_write(run_dir / ".hydra" / "overrides.yaml", "".join(f"- {line}\n" for line in job))
         log(f"[{i}/{len(jobs)}] {'skip ' if done else ''}{summary_line(record)}")
