@@ -61,7 +61,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from privfair_cli import metrics
-from privfair_cli.errors import ConfigError
+from privfair_cli.errors import BudgetExceeded, ConfigError
 from privfair_cli.privacy import accountants
 from privfair_cli.registry import Plugin, register
 
@@ -508,9 +508,13 @@ class XuSGD(Plugin):
                 removed = iterations_to_match(q, cfg.sigma, cfg.sigma1, T, delta, **kw)
             cfg.steps = T - removed
         self.info |= {"sigma": cfg.sigma, "steps": cfg.steps, "steps_removed": removed}
-        ledger.spend_rdp("subsampled_gaussian", sampled_gaussian_rdp(q, cfg.sigma, cfg.steps, ledger.orders),
-                         note=f"clipped gradients ({cfg.batch_sampling} batches)", sigma=cfg.sigma, q=q,
-                         steps=cfg.steps, sensitivity="C" if counts else cfg.C)
+        try:
+            ledger.spend_rdp("subsampled_gaussian", sampled_gaussian_rdp(q, cfg.sigma, cfg.steps, ledger.orders),
+                             note=f"clipped gradients ({cfg.batch_sampling} batches)", sigma=cfg.sigma, q=q,
+                             steps=cfg.steps, sensitivity="C" if counts else cfg.C)
+        except BudgetExceeded as err:
+            raise BudgetExceeded(f"{err}; with sigma={cfg.sigma:g}, q={q:.4g} and {cfg.steps} steps: raise eps, or "
+                                 "set algo.sigma=calibrate to choose the noise for this budget") from None
         if counts:
             what = "2K clipped/unclipped counts" if self.algorithm == "dpsgd_f" else "K group sizes"
             self.info["sigma1"] = cfg.sigma1
