@@ -190,7 +190,8 @@ def attribute_mask(feature_names: list[str], attribute: str, quad_index: str = "
     `attribute` (pdfc.md §1.2). With one column, Phi_s holds 2d of the d + d^2 ordered coefficients."""
     cols = np.array([n == attribute or n.startswith(attribute + "=") for n in feature_names])
     if not cols.any():
-        raise ConfigError(f"xs_attribute={attribute!r} is not a feature; features: {attributes(feature_names)}")
+        raise ConfigError(f"algo.xs_attribute={attribute!r} is not a feature of this dataset; allowed: random or "
+                          f"one of {attributes(feature_names)}")
     return Polynomial(cols.astype(float), (cols[:, None] | cols[None, :]).astype(float)).pack(quad_index) > 0
 
 
