@@ -225,15 +225,6 @@ class PerExampleGradients:
         return out
 
 
-def naive_per_example_norms(model: nn.Module, x, loss_fn) -> torch.Tensor:
-    """Reference: one backward pass per example (tests only)."""
-    norms = []
-    for i in range(len(x)):
-        grads = torch.autograd.grad(loss_fn(model(x[i:i + 1]), i).sum(), list(model.parameters()))
-        norms.append(torch.sqrt(sum(g.pow(2).sum() for g in grads)))
-    return torch.stack(norms)
-
-
 # --------------------------------------------------------------------------------------------- clipping rules
 @dataclass
 class TrainConfig:
