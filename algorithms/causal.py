@@ -52,6 +52,7 @@ from pathlib import Path
 import numpy as np
 from scipy.special import comb as ncomb
 
+from privfair_cli import metrics as core_metrics
 from privfair_cli.errors import ConfigError, DataError
 from privfair_cli.privacy.mechanisms import exponential, laplace
 from privfair_cli.registry import Plugin, register
@@ -189,10 +190,12 @@ def skeleton_published(est, true) -> dict[str, float]:
 
 
 def skeleton_metrics(est, true) -> dict[str, float]:
+    """The core graph metrics (`edge_tpr`, `edge_fpr`, `edge_tdr`, `edge_fdr`, `shd`: textbook reading, NaN where a
+    rate is undefined), both pcalg readings with pcalg's edge-case rules, and edge counts."""
     e, t = _skeleton_edges(est), _skeleton_edges(true)
-    counts = {"true_edges": int(t.sum()), "num_edges": int(e.sum()), "shared_edges": int((t & e).sum()),
-              "shd_skeleton": int((t != e).sum())}
-    return skeleton_textbook(est, true) | skeleton_published(est, true) | counts
+    counts = {"true_edges": int(t.sum()), "num_edges": int(e.sum()), "shared_edges": int((t & e).sum())}
+    return (core_metrics.graph_recovery(true, est) | skeleton_textbook(est, true) | skeleton_published(est, true)
+            | counts)
 
 
 # ---------------------------------------------------------------------------------------------- artifacts

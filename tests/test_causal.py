@@ -268,3 +268,14 @@ def test_sparse_high_order_statistics_equal_dense_tables(stat):
         dense = citests.GSquare(codes, cats, stat, 0, df, sparse_cells=10**9).statistics(x, y, S)
         sparse = citests.GSquare(codes, cats, stat, 0, df, sparse_cells=1).statistics(x, y, S)
         assert np.allclose(dense[0], sparse[0]) and np.allclose(dense[1], sparse[1])
+
+
+def test_graph_runs_report_the_core_metrics_consistently():
+    rng = np.random.default_rng(3)
+    true = np.triu(rng.random((8, 8)) < 0.3, 1).astype(int)
+    est = np.triu(rng.random((8, 8)) < 0.3, 1).astype(int)
+    m = causal.skeleton_metrics(est, true)
+    for core, textbook in (("edge_tpr", "tpr_textbook"), ("edge_fpr", "fpr_textbook"), ("edge_tdr", "tdr_textbook"),
+                           ("edge_fdr", "fdr_textbook")):
+        assert m[core] == pytest.approx(m[textbook])
+    assert m["shd"] == m["true_edges"] + m["num_edges"] - 2 * m["shared_edges"]
