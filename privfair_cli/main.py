@@ -24,41 +24,74 @@ config_dir, group_options = sweep.config_dir, sweep.group_options
 def run_hydra(args: list[str], debug: bool) -> int:
     import hydra
     from hydra.core.global_hydra import GlobalHydra
-    from hydra.core.hydra_config import HydraConfig
-
-    from privfair_cli import runner
 
     multirun = any(a in ("-m", "--multirun") for a in args)
     overrides = [a for a in args if a not in ("-m", "--multirun")]
     if any(a.startswith("-") and "=" not in a for a in overrides):
         bad = next(a for a in overrides if a.startswith("-") and "=" not in a)
         raise ConfigError(f"unknown option {bad}; `privfair run` takes Hydra overrides key=value and -m")
-    sweep.prevalidate(overrides, multirun)
-
-    @hydra.main(config_path=str(config_dir()), config_name="config", version_base=None)
-    def job(cfg):
-        run_dir = Path(HydraConfig.get().runtime.output_dir)
-        try:
-            record = runner.run(cfg, run_dir)
-        except PrivfairError as err:
-            if debug:
-                raise
-            print(f"privfair: error: {err}", file=sys.stderr)
-            raise SystemExit(EXIT_ERROR) from None
-        if multirun:
-            print(f"{sweep.summary_line(record)}  -> {run_dir}")
-        else:
-            _print_record(record, run_dir)
+    bad_points = sweep.prevalidate(overrides, multirun)
+    env = {}
+    if multirun:
+        for point in bad_points:
+            print(f"privfair: warning: {point}; its runs will be recorded as failed", file=sys.stderr)
+        n_jobs = len(sweep.expand(overrides))
+        overrides, threads = sweep.launcher_plan(overrides, n_jobs)
+        env = sweep.thread_env(threads) | {"PRIVFAIR_SWEEP_TOTAL": str(n_jobs), "PRIVFAIR_SWEEP_PID": str(os.getpid())}
+    job = hydra.main(config_path=str(config_dir()), config_name="config", version_base=None)(
+        _job_function(multirun, debug))
 
     GlobalHydra.instance().clear()
-    argv = sys.argv
+    saved = {k: os.environ.get(k) for k in env} | {"argv": sys.argv}
+    os.environ.update(env)
     sys.argv = ["privfair"] + (["--multirun"] if multirun else []) + overrides
+    sweep.LAST = None
     try:
         job()
     finally:
-        sys.argv = argv
+        sys.argv = saved.pop("argv")
+        for k, v in saved.items():
+            os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
         GlobalHydra.instance().clear()
-    return 0
+    return 1 if sweep.LAST is not None and sweep.LAST.failed else 0
+
+
+def _job_function(multirun: bool, debug: bool):
+    """The task Hydra runs once per job, in this process or (joblib, submitit) in another. In a multirun a job
+    never raises: a failure is written to the run's folder and to the sweep's job records, and the sweep goes on."""
+
+    def job(cfg):
+        from hydra.core.hydra_config import HydraConfig
+
+        from privfair_cli import results, runner
+
+        hc = HydraConfig.get()
+        run_dir = Path(hc.runtime.output_dir)
+        if not multirun:
+            try:
+                record = runner.run(cfg, run_dir)
+            except PrivfairError as err:
+                results.write_failure(run_dir, err, list(hc.overrides.task))
+                if debug:
+                    raise
+                print(f"privfair: error: {err}", file=sys.stderr)
+                raise SystemExit(EXIT_ERROR) from None
+            _print_record(record, run_dir)
+            return
+        sweep.limit_threads()
+        messages: list[str] = []
+        try:
+            record = runner.run(cfg, run_dir, log=messages.append)
+            status = "skipped" if any(m.startswith("skip") for m in messages) else "done"
+            line = sweep.summary_line(record)
+        except Exception as err:  # one bad point or one crashing algorithm must not take the sweep down
+            results.write_failure(run_dir, err, list(hc.overrides.task))
+            status, line = "failed", f"{' '.join(hc.overrides.task)}: {type(err).__name__}: {err}"
+            if debug:
+                messages.append(results.failures(run_dir)[0]["traceback"])
+        sweep.record_job(Path(hc.sweep.dir), hc.job.num, status, run_dir, line, messages)
+
+    return job
 
 
 def _print_record(record: dict, run_dir: Path) -> None:
@@ -113,9 +146,15 @@ def cmd_reproduce(args) -> int:
     if args.name != "all" and args.name not in group_options("experiment"):
         raise ConfigError(f"experiment {args.name!r} is unknown; allowed: all, "
                           f"{', '.join(group_options('experiment'))}")
+    failed = []
     for name in names:
-        reproduce.reproduce(name, args.overrides)
-    return 0
+        comparison = reproduce.reproduce(name, args.overrides)
+        if comparison is not None and comparison.attrs["failed"]:
+            failed.append(name)
+    if failed:
+        print(f"privfair: error: runs failed in {', '.join(failed)} (see failed.json in their folders)",
+              file=sys.stderr)
+    return 1 if failed else 0
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -3,7 +3,8 @@
 The experiment config (`configs/experiment/NAME.yaml`) holds the sweep (`hydra.sweeper.params`) and a
 `reproduce:` block that maps the published table onto our runs (see README, "Reproducing a paper table").
 Runs land in `results/reproduce/NAME/runs/` and are resumed (complete runs are skipped); the comparison goes to
-`results/reproduce/NAME/comparison.{csv,md}`.
+`results/reproduce/NAME/comparison.{csv,md}`. A run that fails is recorded in its folder and its cells show
+`not_run`; the others are compared.
 
 Verdict of a cell: `match` when |ours - published| <= tolerance, with
 `tolerance = max(floor, 2 sqrt(std_pub^2 + std_ours^2) / sqrt(runs))` (two standard errors of the difference
@@ -157,6 +158,7 @@ def reproduce(name: str, overrides: list[str], run: bool = True) -> pd.DataFrame
 
     spec = experiment_spec(name)
     out = RESULTS_ROOT / "reproduce" / name
+    failed: list[str] = []
     if run:
         effective = without_cuda(spec, overrides)
         if effective is None:
@@ -165,7 +167,7 @@ def reproduce(name: str, overrides: list[str], run: bool = True) -> pd.DataFrame
             return None
         if effective != overrides:
             print(f"{name}: no CUDA device, running the CPU cells only ({' '.join(effective)})")
-        run_inprocess([f"experiment={name}", *effective], out / "runs")
+        failed = run_inprocess([f"experiment={name}", *effective], out / "runs").failed
     runs = collect_runs(out / "runs", spec)
     published = pd.read_csv(published_dir() / spec["published"])
     comparison = compare(runs, published, spec)
@@ -176,6 +178,7 @@ def reproduce(name: str, overrides: list[str], run: bool = True) -> pd.DataFrame
         module, func = spec["figure"].split(":")
         getattr(importlib.import_module(module), func)(runs, comparison, out)
     _print(name, comparison)
+    comparison.attrs["failed"] = failed  # run folders whose run raised (their cells are not_run)
     return comparison
 
 

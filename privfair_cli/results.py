@@ -1,4 +1,10 @@
-"""Run folders: atomic writes of config / metrics, completeness checks for resumable sweeps, aggregation."""
+"""Run folders: atomic writes of config / metrics, completeness checks for resumable sweeps, failure records,
+aggregation.
+
+A run folder is complete when `metrics.json` holds every key of METRICS_KEYS (it is written last). A run that
+raised leaves `failed.json` (error, traceback, time) and no metrics; a run cut off half-way leaves neither. Both
+are run again by the next sweep over the same folder, and a run that starts again first removes what the last
+attempt left."""
 
 from __future__ import annotations
 
@@ -43,6 +49,40 @@ def is_complete(run_dir: Path) -> bool:
         return set(json.loads(path.read_text())) == set(METRICS_KEYS)
     except (json.JSONDecodeError, OSError):
         return False
+
+
+def clear_run(run_dir: Path) -> None:
+    """Forget a previous attempt's outcome before running again (its metrics, or its failure record)."""
+    for name in ("metrics.json", "metrics.csv", FAILED):
+        (Path(run_dir) / name).unlink(missing_ok=True)
+
+
+FAILED = "failed.json"
+
+
+def write_failure(run_dir: Path, err: BaseException, job: list[str] | None = None) -> Path:
+    """Record why a run failed in its folder (`failed.json`): error type, message, traceback, overrides."""
+    import datetime
+    import traceback
+
+    record = {"error": type(err).__name__, "message": str(err).strip(),
+              "overrides": list(job or []), "time": datetime.datetime.now().isoformat(timespec="seconds"),
+              "traceback": "".join(traceback.format_exception(err))}
+    path = Path(run_dir) / FAILED
+    (Path(run_dir) / "metrics.json").unlink(missing_ok=True)
+    atomic_write(path, json.dumps(record, indent=2) + "\n")
+    return path
+
+
+def failures(root: Path) -> list[dict]:
+    """The failure records under `root`, each with its run folder."""
+    out = []
+    for path in sorted(Path(root).rglob(FAILED)):
+        try:
+            out.append(json.loads(path.read_text()) | {"run_dir": str(path.parent)})
+        except (json.JSONDecodeError, OSError):
+            out.append({"error": "unreadable", "message": str(path), "run_dir": str(path.parent)})
+    return out
 
 
 def write_run(run_dir: Path, config_yaml: str, record: dict) -> None:

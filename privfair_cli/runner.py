@@ -52,7 +52,8 @@ def environment(device: str) -> dict:
     import torch
 
     env = {"privfair": __version__, "python": platform.python_version(), "numpy": np.__version__,
-           "torch": torch.__version__, "platform": platform.platform(), "device": device}
+           "torch": torch.__version__, "platform": platform.platform(), "device": device,
+           "threads": torch.get_num_threads()}
     if device == "cuda":
         env["gpu"] = torch.cuda.get_device_name(0)
     return env
@@ -79,6 +80,7 @@ def run(cfg: DictConfig, run_dir: Path, log=print) -> dict:
             log(f"skip (complete): {run_dir} already holds this run; overwrite=true redoes it")
             return json.loads((run_dir / "metrics.json").read_text())
         log(f"re-running: the config differs from the one stored in {run_dir}")
+    results.clear_run(run_dir)  # a failed or outdated attempt's outcome goes before this one starts
     timings = {}
     t0 = time.perf_counter()
     rng = streams(rc.seed)

@@ -7,6 +7,7 @@ import sys
 import pandas as pd
 import pytest
 
+from privfair_cli.errors import ConfigError
 from privfair_cli.main import main
 from privfair_cli.results import METRICS_KEYS
 from tests.conftest import needs_data
@@ -93,11 +94,23 @@ def test_bad_input_one_line_no_traceback(tmp_path, monkeypatch, capsys, override
     assert not (tmp_path / "results").exists()  # failed before any run folder was made
 
 
-def test_bad_sweep_value_fails_before_running(tmp_path, monkeypatch, capsys):
+def test_sweep_with_no_valid_point_fails_before_running(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
-    assert main(["run", "-m", "algo=lr", "eps=1,0"]) != 0
+    monkeypatch.setattr("privfair_cli.datasets.load", lambda *a: pytest.fail("data was touched"))
+    assert main(["run", "-m", "algo=lr", "eps=0,-1"]) == 2
     assert "eps=0.0 must be > 0" in capsys.readouterr().err
     assert not (tmp_path / "results").exists()
+
+
+def test_prevalidate_returns_the_bad_points_of_a_sweep():
+    from privfair_cli import sweep
+
+    # the first value is bad: validation varies around a valid point instead
+    bad = sweep.prevalidate(["algo=lr", "eps=0,1,-2", "seed=0,1", "delta=0,1"], multirun=True)
+    assert [b.split(":")[0] for b in bad] == ["eps=0", "eps=-2", "delta=1"]
+    assert "must be > 0" in bad[0] and "must be in [0, 1)" in bad[2]
+    with pytest.raises(ConfigError, match="must be > 0"):
+        sweep.prevalidate(["algo=lr", "eps=0"])  # a single run has no other point to run
 
 
 def test_debug_shows_traceback(tmp_path):
@@ -118,7 +131,8 @@ def test_inprocess_sweep_matches_hydra_multirun(tmp_path, monkeypatch):
     privfair("run", "-m", *overrides, "hydra.sweep.dir=hydra", cwd=tmp_path)
     monkeypatch.chdir(tmp_path)
     lines = []
-    assert sweep.run_inprocess(overrides, tmp_path / "hydra", log=lines.append) == 2
+    outcome = sweep.run_inprocess(overrides, tmp_path / "hydra", log=lines.append)
+    assert (outcome.total, outcome.skipped, outcome.failed) == (2, 2, [])
     assert all("skip" in line for line in lines)  # same run folders: resumes what Hydra wrote
     sweep.run_inprocess(overrides, tmp_path / "fast", log=lines.append)
     for path in (tmp_path / "hydra").rglob("metrics.json"):
