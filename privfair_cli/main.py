@@ -135,7 +135,7 @@ def cmd_list(_args) -> int:
 def cmd_report(args) -> int:
     from privfair_cli import report
 
-    report.report(Path(args.path), metrics=args.metrics.split(",") if args.metrics else None)
+    report.report(Path(args.path), metrics=args.metrics.split(",") if args.metrics else None, plot=args.plot)
     return 0
 
 
@@ -167,6 +167,8 @@ def build_parser() -> argparse.ArgumentParser:
     rep = sub.add_parser("report", help="aggregate the runs under PATH into mean ± std tables")
     rep.add_argument("path")
     rep.add_argument("--metrics", help="comma-separated metric names (default: the main ones)")
+    rep.add_argument("--plot", metavar="KEY", help="also plot the metrics against KEY (eps, or another swept key): "
+                     "tradeoff_KEY.png, one line per algorithm, mean ± std over seeds")
     rp = sub.add_parser("reproduce", help="run a paper-table experiment and compare with the published numbers")
     rp.add_argument("name", help="experiment name (see `privfair list`) or `all`")
     rp.add_argument("overrides", nargs=argparse.REMAINDER, help="extra Hydra overrides, e.g. seed='range(3)'")
