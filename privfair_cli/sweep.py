@@ -65,7 +65,8 @@ def compose(overrides: list[str], with_hydra: bool = False):
 def with_sweeper_params(overrides: list[str]) -> list:
     """The parsed overrides plus the experiment's `hydra.sweeper.params` (command-line values win)."""
     parsed = split_overrides(overrides)
-    firsts = [f"{_prefix(ov)}={values(ov)[0]}" for ov in parsed]
+    firsts = [f"{_prefix(ov)}={values(ov)[0]}" for ov in parsed
+              if not ov.get_key_element().startswith("hydra.launcher.")]  # the launcher is chosen later
     params = compose(firsts, with_hydra=True).hydra.sweeper.get("params") or {}
     given = {ov.get_key_element().lstrip("+~") for ov in parsed}
     return parsed + split_overrides([f"{k}={v}" for k, v in params.items() if k not in given])

@@ -1,0 +1,199 @@
+"""Sweeps at scale: launchers (joblib, submitit local for real; the Slurm preset as far as sbatch), failed jobs
+recorded while the sweep goes on, resume, progress output, and the trade-off plot."""
+
+import json
+import os
+
+import pandas as pd
+import pytest
+
+from privfair_cli import progress, registry, results, sweep
+from privfair_cli.errors import PrivfairError
+from privfair_cli.main import main
+from tests.conftest import needs_data
+from tests.test_cli import privfair
+
+GERMAN = ["algo=lr", "data=german", "data.test_size=0.3"]
+
+
+def completed(root):
+    return sorted(p.parent for p in root.rglob("metrics.json") if results.is_complete(p.parent))
+
+
+def test_launcher_plan_defaults_to_joblib_and_shares_the_cores(monkeypatch):
+    monkeypatch.setattr(os, "cpu_count", lambda: 8)
+    overrides, threads = sweep.launcher_plan(["algo=lr", "seed=0,1,2"], n_jobs=3)
+    assert overrides[-1] == "hydra/launcher=joblib" and threads == 2  # n_jobs=-1: 8 cores, 3 jobs side by side
+    _, threads = sweep.launcher_plan(["seed=0,1", "hydra.launcher.n_jobs=2"], n_jobs=10)
+    assert threads == 4
+    overrides, threads = sweep.launcher_plan(["algo=lr"], n_jobs=1)
+    assert "hydra/launcher=joblib" not in overrides and threads == 8  # one job: the basic launcher, every core
+    overrides, threads = sweep.launcher_plan(["seed=0,1", "hydra/launcher=basic"], n_jobs=2)
+    assert overrides.count("hydra/launcher=basic") == 1 and "hydra/launcher=joblib" not in overrides
+    assert threads == 8
+    _, threads = sweep.launcher_plan(["seed=0,1", "hydra/launcher=slurm"], n_jobs=2)
+    assert threads is None  # decided on the node, from SLURM_CPUS_PER_TASK
+
+
+def test_slurm_preset_builds_an_sbatch_script(tmp_path, monkeypatch):
+    import submitit
+    from hydra_plugins.hydra_submitit_launcher.config import BaseQueueConf
+    from omegaconf import OmegaConf
+
+    cfg = sweep.compose(["hydra/launcher=slurm", "hydra.launcher.partition=gpu", "hydra.launcher.gpus_per_node=1",
+                         "hydra.launcher.timeout_min=120", f"hydra.sweep.dir={tmp_path}"], with_hydra=True)
+    params = OmegaConf.to_container(cfg.hydra.launcher, resolve=False)
+    assert params.pop("_target_").endswith("SlurmLauncher")
+    # as SlurmLauncher.launch hands the preset to submitit, short of calling sbatch (submitit wants srun on PATH)
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "srun").write_text("#!/bin/sh\n")
+    (tmp_path / "bin" / "srun").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:{os.environ['PATH']}")
+    executor = submitit.AutoExecutor(cluster="slurm", folder=tmp_path, slurm_max_num_timeout=0)
+    base = set(OmegaConf.structured(BaseQueueConf).keys())
+    executor.update_parameters(**{k if k in base else f"slurm_{k}": v for k, v in params.items()
+                                  if k not in ("max_num_timeout", "submitit_folder")})
+    script = executor._executor._make_submission_file_text("python -u -m submitit.core._submit", "uid")
+    for line in ("#SBATCH --partition=gpu", "#SBATCH --gpus-per-node=1", "#SBATCH --time=120",
+                 "#SBATCH --cpus-per-task=4", "#SBATCH --mem=16GB"):
+        assert line in script
+
+
+@needs_data("german_credit")
+def test_joblib_sweep_records_the_bad_point_and_keeps_the_others(tmp_path):
+    args = ["run", "-m", *GERMAN, "seed=0,1", "eps=1,0", "hydra.launcher.n_jobs=2", "hydra.sweep.dir=sw"]
+    proc = privfair(*args, cwd=tmp_path, check=False)
+    assert proc.returncode == 1, proc.stderr
+    assert proc.stderr.count("warning: eps=0: eps=0.0 must be > 0") == 1  # said once, before anything ran
+    runs = completed(tmp_path / "sw")
+    assert [r.relative_to(tmp_path / "sw").as_posix() for r in runs] == [
+        "lr/german/eps=1/data.test_size=0.3/seed=0", "lr/german/eps=1/data.test_size=0.3/seed=1"]
+    fails = results.failures(tmp_path / "sw")
+    assert len(fails) == 2 and {f["error"] for f in fails} == {"ConfigError"}
+    assert all("eps=0" in f["overrides"] and "must be > 0" in f["message"] for f in fails)
+    assert proc.stdout.count("FAILED") == 2 and "[4/4]" in proc.stdout
+    assert "sweep: 2/4 runs complete" in proc.stdout and "2 failed" in proc.stdout
+    threads = [json.loads((r / "metrics.json").read_text())["env"]["threads"] for r in runs]
+    assert threads == [max(1, (os.cpu_count() or 1) // 2)] * 2  # two jobs side by side share the cores
+
+
+@needs_data("german_credit")
+def test_submitit_local_sweep_writes_two_complete_runs(tmp_path):
+    proc = privfair("run", "-m", "hydra/launcher=submitit_local", *GERMAN, "seed=0,1", "hydra.sweep.dir=sw",
+                    cwd=tmp_path)
+    runs = completed(tmp_path / "sw")
+    assert len(runs) == 2 and {r.name for r in runs} == {"seed=0", "seed=1"}
+    for run in runs:
+        record = json.loads((run / "metrics.json").read_text())
+        assert record["algo"] == "lr" and 0.6 < record["metrics"]["accuracy"] < 0.9
+        assert (run / "config.yaml").is_file() and (run / ".hydra" / "overrides.yaml").is_file()
+    assert any((tmp_path / "sw" / ".submitit").iterdir())  # submitit's own job folders
+    assert "[2/2]" in proc.stdout and "sweep: 2/2 runs complete" in proc.stdout
+
+
+@needs_data("german_credit")
+def test_failing_algorithm_is_recorded_and_the_rerun_resumes(tmp_path, monkeypatch, capsys):
+    """An exception inside one job of a sweep: recorded, the others complete; the same sweep again skips the
+    complete runs and re-runs the failed one and a half-written one."""
+    monkeypatch.chdir(tmp_path)
+    cls = registry.get("lr")
+    fit, calls = cls.fit, []
+
+    def flaky(self, *args):
+        calls.append(1)
+        if len(calls) == 2:
+            raise RuntimeError("solver blew up")
+        return fit(self, *args)
+
+    args = ["run", "-m", "hydra/launcher=basic", *GERMAN, "seed=0,1,2", "hydra.sweep.dir=sw"]
+    with monkeypatch.context() as m:
+        m.setattr(cls, "fit", flaky)
+        assert main(args) == 1
+    out = capsys.readouterr().out
+    assert "FAILED" in out and "RuntimeError: solver blew up" in out and "1 failed" in out
+    assert len(completed(tmp_path / "sw")) == 2
+    (fail,) = results.failures(tmp_path / "sw")
+    assert fail["error"] == "RuntimeError" and "solver blew up" in fail["traceback"]
+    assert fail["run_dir"].endswith("seed=1") and "seed=1" in fail["overrides"]
+    assert not (tmp_path / "sw" / "lr/german/eps=1.0/data.test_size=0.3/seed=1/metrics.json").exists()
+
+    half = tmp_path / "sw" / "lr/german/eps=1.0/data.test_size=0.3/seed=2"
+    (half / "metrics.json").unlink()  # cut off before its last write
+    kept = tmp_path / "sw" / "lr/german/eps=1.0/data.test_size=0.3/seed=0" / "metrics.json"
+    stamp = kept.stat().st_mtime_ns
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert out.count("skip (complete)") == 1 and "sweep: 3/3 runs complete (1 already were)" in out
+    assert len(completed(tmp_path / "sw")) == 3 and results.failures(tmp_path / "sw") == []
+    assert kept.stat().st_mtime_ns == stamp
+
+
+@needs_data("german_credit")
+def test_inprocess_sweep_goes_on_past_a_failure(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    cls = registry.get("lr")
+    fit = cls.fit
+    monkeypatch.setattr(cls, "fit", lambda self, train, *a: (_ for _ in ()).throw(ValueError("boom"))
+                        if self.params.get("l2") == 10 else fit(self, train, *a))
+    lines = []
+    outcome = sweep.run_inprocess([*GERMAN, "algo.l2=1,10", "seed=0,1"], tmp_path / "sw", log=lines.append)
+    assert (outcome.total, len(outcome.failed)) == (4, 2)
+    assert all("algo.l2=10" in f for f in outcome.failed)
+    assert len(completed(tmp_path / "sw")) == 2
+    assert sum("FAILED" in line for line in lines) == 2 and "2 failed" in lines[-1]
+
+
+def test_plain_progress_lines_and_worker_silence(monkeypatch, capsys):
+    with progress.Bar(10, "dpsgd", unit="steps", interval=0.0, show="plain") as bar:
+        for t in range(10):
+            bar.advance(info=f"epoch {t // 5 + 1}/2")
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[0].startswith("dpsgd: 1/10 steps (epoch 1/2)") and "left" in lines[0]
+    assert lines[-1].startswith("dpsgd: 10/10 steps (epoch 2/2)") and len(lines) == 11
+    with progress.Bar(10, "quiet", interval=60.0, show="plain") as bar:
+        bar.advance(10)
+    assert capsys.readouterr().out == ""  # short work prints nothing
+    monkeypatch.setenv("PRIVFAIR_PROGRESS", "rich")
+    assert progress.mode() == "rich"
+    monkeypatch.setenv("PRIVFAIR_SWEEP_PID", str(os.getpid() + 1))
+    assert progress.mode() == "off"  # a sweep's worker: the launching process draws the bar
+    monkeypatch.setenv("PRIVFAIR_PROGRESS", "auto")
+    monkeypatch.delenv("PRIVFAIR_SWEEP_PID")
+    assert progress.mode() == "plain"  # pytest's stdout is not a terminal
+
+
+def test_rich_progress_bar_renders(capsys):
+    with progress.Bar(4, "sweep", unit="runs", show="rich") as bar:
+        with progress.Bar(3, "inner", transient=True, show="rich") as inner:
+            inner.advance(3)
+            assert len(progress._live.tasks) == 2
+        assert len(progress._live.tasks) == 1  # the transient inner bar is gone, the sweep's stays
+        bar.advance(4)
+        assert progress._live.tasks[0].completed == 4
+        bar.log("a line above the bar")
+    assert progress._live is None
+    out = capsys.readouterr().out
+    assert "a line above the bar" in out and "4/4" in out and "runs" in out
+
+
+@needs_data("german_credit")
+def test_report_plot_draws_mean_and_band_per_algorithm(tmp_path, monkeypatch):
+    from privfair_cli import report
+
+    monkeypatch.chdir(tmp_path)
+    sweep.run_inprocess(["algo=lr,privlr", "data=german", "eps=0.1,1,10,100", "seed=0,1"], tmp_path / "sw",
+                        log=lambda _: None)
+    summary = report.report(tmp_path / "sw", plot="eps")
+    assert (tmp_path / "sw" / "tradeoff_eps.png").stat().st_size > 10_000
+    fig = report.plot_tradeoff(summary, "eps", ["accuracy", "risk_difference"], tmp_path / "again.png")
+    ax = fig.axes[0]
+    assert ax.get_xscale() == "log" and ax.get_ylabel() == "accuracy"
+    lines = {line.get_label(): line for line in ax.get_lines()}
+    privlr = summary[summary.algo == "privlr"].sort_values("eps")
+    assert list(lines["privlr"].get_xdata()) == list(privlr["eps"])
+    assert list(lines["privlr"].get_ydata()) == pytest.approx(list(privlr["accuracy_mean"]))
+    assert len(ax.collections) == 2  # one ± std band per algorithm
+    with pytest.raises(PrivfairError, match="not a numeric swept key"):
+        report.plot_tradeoff(summary, "algo", ["accuracy"], tmp_path / "x.png")
+    assert isinstance(pd.read_csv(tmp_path / "sw" / "summary.csv"), pd.DataFrame)
+
