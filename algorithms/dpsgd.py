@@ -60,7 +60,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from privfair_cli import metrics
+from privfair_cli import metrics, progress
 from privfair_cli.errors import BudgetExceeded, ConfigError
 from privfair_cli.privacy import accountants
 from privfair_cli.registry import Plugin, register
@@ -333,37 +333,40 @@ def train(model: nn.Module, model_kind: str, X: torch.Tensor, y: torch.Tensor, g
                 v.zero_()
 
     epoch = 0
-    for t, idx in enumerate(batches(n, cfg, rng)):
-        if cfg.group_mean_grad and min(t * cfg.batch_size // n, E - 1) != epoch:
-            close_epoch(epoch)
-        epoch = min(t * cfg.batch_size // n, E - 1)
-        sel = torch.as_tensor(idx, device=device)
-        xb, yb, kb = X[sel], y[sel], groups[sel]
-        if len(idx):
-            losses, nu = engine.compute(xb, lambda out, yb=yb: per_example_loss(model_kind, out, yb))
-            c, C, Ck = clip_factors(cfg, nu, kb, rng)
-            summed = engine.clipped_sum(c)
-            if cfg.group_mean_grad:  # unclipped per-group sums: a non-private diagnostic like the norms
-                for k in range(K):
-                    for acc, v in zip(gsum[k], engine.clipped_sum((kb == k).to(nu.dtype)), strict=True):
-                        acc += v.double()
-            slot = epoch * K + kb
-            loss_sum.index_add_(0, slot, losses.double())
-            norm_sum.index_add_(0, slot, nu.double())
-            count.index_add_(0, slot, torch.ones_like(nu, dtype=torch.float64))
-        else:  # an empty Poisson batch still releases noise
-            c, C, Ck = clip_factors(cfg, torch.zeros(0, device=device), kb, rng)
-            summed = [torch.zeros_like(p) for p in engine.params]
-        if Ck is not None:
-            ck_sum[epoch] += Ck
-            ck_steps[epoch] += 1
-        with torch.no_grad():
-            for p, s in zip(engine.params, summed, strict=True):
-                if C > 0 and cfg.sigma > 0:
-                    s = s + torch.randn(p.shape, generator=gen, device=device, dtype=p.dtype) * (cfg.sigma * C)
-                p -= cfg.lr * s / cfg.batch_size
-                if decay and p.dim() > 1:
-                    p -= cfg.lr * decay * p
+    with progress.Bar(cfg.steps, cfg.algorithm, unit="steps", transient=True) as bar:  # a line / 30 s off a terminal
+        for t, idx in enumerate(batches(n, cfg, rng)):
+            if cfg.group_mean_grad and min(t * cfg.batch_size // n, E - 1) != epoch:
+                close_epoch(epoch)
+            epoch = min(t * cfg.batch_size // n, E - 1)
+            bar.update(t, info=f"epoch {epoch + 1}/{E}")
+            sel = torch.as_tensor(idx, device=device)
+            xb, yb, kb = X[sel], y[sel], groups[sel]
+            if len(idx):
+                losses, nu = engine.compute(xb, lambda out, yb=yb: per_example_loss(model_kind, out, yb))
+                c, C, Ck = clip_factors(cfg, nu, kb, rng)
+                summed = engine.clipped_sum(c)
+                if cfg.group_mean_grad:  # unclipped per-group sums: a non-private diagnostic like the norms
+                    for k in range(K):
+                        for acc, v in zip(gsum[k], engine.clipped_sum((kb == k).to(nu.dtype)), strict=True):
+                            acc += v.double()
+                slot = epoch * K + kb
+                loss_sum.index_add_(0, slot, losses.double())
+                norm_sum.index_add_(0, slot, nu.double())
+                count.index_add_(0, slot, torch.ones_like(nu, dtype=torch.float64))
+            else:  # an empty Poisson batch still releases noise
+                c, C, Ck = clip_factors(cfg, torch.zeros(0, device=device), kb, rng)
+                summed = [torch.zeros_like(p) for p in engine.params]
+            if Ck is not None:
+                ck_sum[epoch] += Ck
+                ck_steps[epoch] += 1
+            with torch.no_grad():
+                for p, s in zip(engine.params, summed, strict=True):
+                    if C > 0 and cfg.sigma > 0:
+                        s = s + torch.randn(p.shape, generator=gen, device=device, dtype=p.dtype) * (cfg.sigma * C)
+                    p -= cfg.lr * s / cfg.batch_size
+                    if decay and p.dim() > 1:
+                        p -= cfg.lr * decay * p
+        bar.update(cfg.steps, info=f"epoch {E}/{E}")
     as_np = [v.reshape(E, K).cpu().numpy() for v in (loss_sum, norm_sum, count)]
     ck = ck_sum / np.maximum(ck_steps, 1)[:, None] if cfg.algorithm == "dpsgd_f" else None
     mg = None

@@ -47,7 +47,8 @@ def run_hydra(args: list[str], debug: bool) -> int:
     sys.argv = ["privfair"] + (["--multirun"] if multirun else []) + overrides
     sweep.LAST = None
     try:
-        job()
+        with sweep.prevalidated_sweep():
+            job()
     finally:
         sys.argv = saved.pop("argv")
         for k, v in saved.items():

@@ -9,6 +9,7 @@ directory, so either can continue what the other started.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import itertools
 import os
@@ -166,13 +167,17 @@ def limit_threads(threads: int | None = None) -> int | None:
     """Cap BLAS / OpenMP / torch threads in this process: to `threads`, else to $PRIVFAIR_THREADS (set by the
     launching process for jobs that share a machine) or $SLURM_CPUS_PER_TASK; unchanged when none is set."""
     threads = threads or int(os.environ.get("PRIVFAIR_THREADS") or os.environ.get("SLURM_CPUS_PER_TASK") or 0)
-    if threads:
+    if threads and threads != _limited.get(os.getpid()):  # once per process: a worker runs many jobs
         import torch
         from threadpoolctl import threadpool_limits
 
         threadpool_limits(threads)
         torch.set_num_threads(threads)
+        _limited[os.getpid()] = threads
     return threads or None
+
+
+_limited: dict[int, int] = {}  # process id -> the thread cap already applied
 
 
 def thread_env(threads: int | None) -> dict[str, str]:
@@ -288,6 +293,22 @@ def record_job(sweep_dir: Path, num: int, status: str, run_dir: Path, line: str,
 
     results.atomic_write(Path(sweep_dir) / JOBS_DIR / f"{num}.json", json.dumps(
         {"status": status, "run_dir": str(run_dir), "line": line, "messages": messages}))
+
+
+@contextlib.contextmanager
+def prevalidated_sweep():
+    """Within this block Hydra's basic sweeper skips its composition of every job in the launching process
+    before the launch (`validate_batch_is_legal`, which "repeats work the launcher will do ... to detect
+    failures early"): `privfair run` has validated every swept value already, and the launcher composes each
+    job where it runs. That serial pass cost about 0.1 s a job and capped a parallel sweep's speed-up."""
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+
+    original = BasicSweeper.validate_batch_is_legal
+    BasicSweeper.validate_batch_is_legal = lambda self, batch: None
+    try:
+        yield
+    finally:
+        BasicSweeper.validate_batch_is_legal = original
 
 
 class SweepWatch:
