@@ -1,10 +1,12 @@
 """Parallel sweeps: Xu Table 8.2 (PrivLR, PFLR, PFLR* x Adult, Dutch x 4 budgets x 10 seeds = 240 runs) as one
 `privfair run -m` on the joblib launcher, with n_jobs=1 (the baseline, measured in the same benchmark) and with
 n_jobs = 2 and the machine's cores. Each sweep starts from an empty sweep folder and a warm dataset cache;
-wall time includes Hydra's composition of every job and the workers' start-up."""
+wall time includes Hydra's composition of every job and the workers' start-up. The machine's own ceiling comes
+first: the same pure-Python loop in one process vs split over the cores (a VM's cores may not scale linearly)."""
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import subprocess
 import sys
@@ -28,8 +30,34 @@ def sweep_seconds(n_jobs: int, root: Path) -> float:
     return seconds
 
 
+def _spin(n: int) -> int:
+    total = 0
+    for i in range(n):
+        total += i * i
+    return total
+
+
+def ceiling(cores: int, n: int = 10_000_000, repeat: int = 3) -> float:
+    """Speed-up of `cores` processes over one on a CPU-bound loop (best of `repeat` each): what any parallel
+    sweep can reach here."""
+    one = []
+    for _ in range(repeat):
+        t = time.perf_counter()
+        _spin(n)
+        one.append(time.perf_counter() - t)
+    with multiprocessing.get_context("spawn").Pool(cores) as pool:
+        pool.map(_spin, [1000] * cores)  # start the workers before timing
+        both = []
+        for _ in range(repeat):
+            t = time.perf_counter()
+            pool.map(_spin, [n] * cores, chunksize=1)
+            both.append(time.perf_counter() - t)
+    return cores * min(one) / min(both)
+
+
 def main() -> None:
     cores = os.cpu_count() or 1
+    print(f"machine ceiling: {ceiling(cores):.2f}x with {cores} processes on a CPU-bound loop")
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         subprocess.run([sys.executable, "-m", "privfair_cli", "run", "algo=lr", "data=dutch",

@@ -13,7 +13,7 @@ from privfair_cli.errors import ConfigError
 TASK_KINDS = ("classifier", "generator", "graph")
 
 # Modules under privfair_cli.algorithms whose import registers plugins.
-ALGORITHM_MODULES = ("logistic", "functional", "prefair", "dpsgd", "causal")
+ALGORITHM_MODULES = ("logistic", "functional", "prefair", "causal", "dpsgd")  # torch-free ones first
 
 
 class Plugin:
@@ -75,8 +75,12 @@ def register(cls: type[Plugin]) -> type[Plugin]:
     return cls
 
 
-def load_plugins() -> dict[str, type[Plugin]]:
+def load_plugins(until: str | None = None) -> dict[str, type[Plugin]]:
+    """Import the algorithm modules, in order; with `until`, stop once that algorithm is registered (a run of
+    the logistic family never imports torch, which only the DP-SGD module needs)."""
     for mod in ALGORITHM_MODULES:
+        if until in ALGORITHMS:
+            break
         try:
             importlib.import_module(f"privfair_cli.algorithms.{mod}")
         except ModuleNotFoundError as err:
@@ -86,7 +90,7 @@ def load_plugins() -> dict[str, type[Plugin]]:
 
 
 def get(name: str) -> type[Plugin]:
-    plugins = load_plugins()
+    plugins = load_plugins(until=name)
     if name not in plugins:
         raise ConfigError(f"algo={name!r} is not a registered algorithm; allowed: {', '.join(sorted(plugins))}")
     return plugins[name]

@@ -49,12 +49,15 @@ def load_data(card: schema.DataCard, rng: dict[str, np.random.Generator], log=pr
 
 
 def environment(device: str) -> dict:
-    import torch
+    from importlib.metadata import version
+
+    from privfair_cli.sweep import thread_cap
 
     env = {"privfair": __version__, "python": platform.python_version(), "numpy": np.__version__,
-           "torch": torch.__version__, "platform": platform.platform(), "device": device,
-           "threads": torch.get_num_threads()}
+           "torch": version("torch"), "platform": platform.platform(), "device": device, "threads": thread_cap()}
     if device == "cuda":
+        import torch
+
         env["gpu"] = torch.cuda.get_device_name(0)
     return env
 

@@ -13,6 +13,7 @@ import contextlib
 import copy
 import itertools
 import os
+import sys
 from functools import lru_cache
 from pathlib import Path
 
@@ -156,6 +157,10 @@ def launcher_plan(overrides: list[str], n_jobs: int) -> tuple[list[str], int | N
     elif target.endswith("JoblibLauncher"):
         k = int(launcher.get("n_jobs") or 1)
         parallel = k if k > 0 else max(1, cores + 1 + k)  # joblib: -1 = every core, -2 = all but one, ...
+        if str(launcher.get("batch_size")) == "auto" and not any("hydra.launcher.batch_size=" in o for o in overrides):
+            # a worker unpickles Hydra's config loader once per batch, and its file cache with it: batches of a
+            # quarter of each worker's share compose faster (Table 8.2: 39 s -> 33 s) and still end together
+            overrides = [*overrides, f"hydra.launcher.batch_size={max(1, n_jobs // (4 * parallel))}"]
     elif target.endswith("submitit_launcher.LocalLauncher"):
         parallel = int(launcher.get("array_parallelism") or n_jobs)
     else:
@@ -163,18 +168,25 @@ def launcher_plan(overrides: list[str], n_jobs: int) -> tuple[list[str], int | N
     return overrides, max(1, cores // max(1, min(parallel, n_jobs)))
 
 
-def limit_threads(threads: int | None = None) -> int | None:
-    """Cap BLAS / OpenMP / torch threads in this process: to `threads`, else to $PRIVFAIR_THREADS (set by the
-    launching process for jobs that share a machine) or $SLURM_CPUS_PER_TASK; unchanged when none is set."""
-    threads = threads or int(os.environ.get("PRIVFAIR_THREADS") or os.environ.get("SLURM_CPUS_PER_TASK") or 0)
-    if threads and threads != _limited.get(os.getpid()):  # once per process: a worker runs many jobs
-        import torch
+def thread_cap() -> int:
+    """The BLAS / OpenMP / torch threads a job of this process may use: $PRIVFAIR_THREADS (set by the launching
+    process for jobs that share a machine), else $SLURM_CPUS_PER_TASK, else every core."""
+    return int(os.environ.get("PRIVFAIR_THREADS") or os.environ.get("SLURM_CPUS_PER_TASK") or 0) or \
+        (os.cpu_count() or 1)
+
+
+def limit_threads() -> int:
+    """Apply `thread_cap()` to this process's thread pools, once per process (a worker runs many jobs)."""
+    threads = thread_cap()
+    if _limited.get(os.getpid()) != threads:
         from threadpoolctl import threadpool_limits
 
         threadpool_limits(threads)
-        torch.set_num_threads(threads)
+        os.environ["OMP_NUM_THREADS"] = str(threads)  # read by torch when it is first imported
+        if "torch" in sys.modules:
+            sys.modules["torch"].set_num_threads(threads)
         _limited[os.getpid()] = threads
-    return threads or None
+    return threads
 
 
 _limited: dict[int, int] = {}  # process id -> the thread cap already applied
