@@ -23,9 +23,11 @@ def completed(root):
 def test_launcher_plan_defaults_to_joblib_and_shares_the_cores(monkeypatch):
     monkeypatch.setattr(os, "cpu_count", lambda: 8)
     overrides, threads = sweep.launcher_plan(["algo=lr", "seed=0,1,2"], n_jobs=3)
-    assert overrides[-1] == "hydra/launcher=joblib" and threads == 2  # n_jobs=-1: 8 cores, 3 jobs side by side
-    _, threads = sweep.launcher_plan(["seed=0,1", "hydra.launcher.n_jobs=2"], n_jobs=10)
-    assert threads == 4
+    assert "hydra/launcher=joblib" in overrides and threads == 2  # n_jobs=-1: 8 cores, 3 jobs side by side
+    overrides, threads = sweep.launcher_plan(["seed=0,1", "hydra.launcher.n_jobs=2"], n_jobs=240)
+    assert threads == 4 and overrides[-1] == "hydra.launcher.batch_size=30"  # a quarter of each worker's share
+    overrides, _ = sweep.launcher_plan(["hydra.launcher.batch_size=7"], n_jobs=240)
+    assert [o for o in overrides if "batch_size" in o] == ["hydra.launcher.batch_size=7"]
     overrides, threads = sweep.launcher_plan(["algo=lr"], n_jobs=1)
     assert "hydra/launcher=joblib" not in overrides and threads == 8  # one job: the basic launcher, every core
     overrides, threads = sweep.launcher_plan(["seed=0,1", "hydra/launcher=basic"], n_jobs=2)
