@@ -3,6 +3,7 @@ recorded while the sweep goes on, resume, progress output, and the trade-off plo
 
 import json
 import os
+import subprocess
 
 import pandas as pd
 import pytest
@@ -59,6 +60,98 @@ def test_slurm_preset_builds_an_sbatch_script(tmp_path, monkeypatch):
     for line in ("#SBATCH --partition=gpu", "#SBATCH --gpus-per-node=1", "#SBATCH --time=120",
                  "#SBATCH --cpus-per-task=4", "#SBATCH --mem=16GB"):
         assert line in script
+
+
+# A stand-in for a Slurm cluster on this machine. `sbatch` answers at once, as Slurm does, and a detached "node"
+# then runs the array's tasks one after the other (each once submitit has put its pickle in place) with the
+# environment Slurm gives a task; `srun` runs its command into the task's log files; `sacct` reports RUNNING or
+# COMPLETED.
+FAKE_SLURM = {
+    "sbatch": r"""
+import os, re, shutil, subprocess, sys, time
+here, script = os.path.dirname(sys.argv[0]), sys.argv[-1]
+text = open(script).read()
+opts = dict(re.findall(r"#SBATCH --([\w-]+)=(\S+)", text))
+job = "4242"
+if "array" in opts:
+    lo, hi = opts["array"].split("%")[0].split("-")
+    ids = [f"{job}_{a}" for a in range(int(lo), int(hi) + 1)]
+else:
+    ids = [job]
+open(os.path.join(here, "tasks"), "w").write("\n".join(ids))
+shutil.copy(script, os.path.join(here, "job.sh"))
+folder = text.split("submitit.core._submit ")[-1].split()[0]
+if os.fork() == 0:
+    os.setsid()
+    null = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(null, fd)
+    for jid in ids:
+        pickle = os.path.join(folder.replace("%j", jid), f"{jid}_submitted.pkl")
+        deadline = time.time() + 120
+        while not os.path.exists(pickle) and time.time() < deadline:
+            time.sleep(0.05)
+        main, _, task = jid.partition("_")
+        env = dict(os.environ, SLURM_JOB_ID=jid.replace("_", "0"), SLURM_CPUS_PER_TASK=opts["cpus-per-task"],
+                   SLURM_NTASKS="1", SLURM_PROCID="0", SLURM_LOCALID="0", SLURM_NODEID="0",
+                   SLURM_JOB_NUM_NODES="1", SLURM_JOB_NODELIST="localhost")
+        if task:
+            env.update(SLURM_ARRAY_JOB_ID=main, SLURM_ARRAY_TASK_ID=task)
+        subprocess.run(["bash", os.path.join(here, "job.sh")], env=env)
+        with open(os.path.join(here, "done"), "a") as f:
+            f.write(jid + "\n")
+    os._exit(0)
+print("Submitted batch job " + job)
+""",
+    "srun": r"""
+import os, subprocess, sys
+args, files = sys.argv[1:], {}
+while args[0].startswith("-"):
+    flag = args.pop(0)
+    if flag in ("--output", "--error"):
+        path = args.pop(0).replace("%A", os.environ.get("SLURM_ARRAY_JOB_ID", "")).replace("%t", "0")
+        files[flag] = path.replace("%a", os.environ.get("SLURM_ARRAY_TASK_ID", "")).replace(
+            "%j", os.environ["SLURM_JOB_ID"])
+        os.makedirs(os.path.dirname(files[flag]), exist_ok=True)
+with open(files["--output"], "a") as out, open(files["--error"], "a") as err:
+    sys.exit(subprocess.run(args, stdout=out, stderr=err).returncode)
+""",
+    "sacct": r"""
+import os, sys
+here = os.path.dirname(sys.argv[0])
+done = set(open(os.path.join(here, "done")).read().split()) if os.path.exists(os.path.join(here, "done")) else set()
+print("JobID|State|NodeList")
+for jid in open(os.path.join(here, "tasks")).read().split():
+    print(f"{jid}|{'COMPLETED' if jid in done else 'RUNNING'}|localhost")
+""",
+}
+
+
+@needs_data("german_credit")
+def test_slurm_preset_runs_a_sweep_through_submitit(tmp_path):
+    """`hydra/launcher=slurm` end to end: submitit writes the sbatch array script from the preset and submits it,
+    the (stand-in) cluster runs each task as Slurm would, and every job caps its threads to --cpus-per-task."""
+    import sys
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name, code in FAKE_SLURM.items():
+        (bin_dir / name).write_text(f"#!{sys.executable}\n{code}")
+        (bin_dir / name).chmod(0o755)
+    env = os.environ | {"PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    proc = subprocess.run([sys.executable, "-m", "privfair_cli", "run", "-m", "hydra/launcher=slurm", *GERMAN,
+                           "seed=0,1", "hydra.launcher.partition=test", "hydra.launcher.cpus_per_task=3",
+                           "hydra.sweep.dir=sw"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    runs = completed(tmp_path / "sw")
+    assert {r.name for r in runs} == {"seed=0", "seed=1"}
+    assert [json.loads((r / "metrics.json").read_text())["env"]["threads"] for r in runs] == [3, 3]
+    (script,) = (tmp_path / "sw" / ".submitit").rglob("*_submission.sh")
+    text = script.read_text()
+    assert "#SBATCH --partition=test" in text and "#SBATCH --array=0-1%2" in text
+    assert "#SBATCH --cpus-per-task=3" in text and "#SBATCH --time=60" in text
+    assert (bin_dir / "done").read_text().split() == ["4242_0", "4242_1"]
+    assert "[2/2]" in proc.stdout and "sweep: 2/2 runs complete" in proc.stdout
 
 
 @needs_data("german_credit")
