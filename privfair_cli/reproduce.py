@@ -42,7 +42,8 @@ RESULTS_ROOT = Path("results")  # outputs, relative to the working directory lik
 def published_dir() -> Path:
     from privfair_cli.sweep import config_dir
 
-    return config_dir().parent / "results" / "published"
+    checkout = config_dir().parent / "results" / "published"
+    return checkout if checkout.is_dir() else Path(__file__).resolve().parent / "published"
 
 
 def experiment_spec(name: str) -> dict:

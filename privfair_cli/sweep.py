@@ -25,8 +25,13 @@ DIRNAME_EXCLUDE = {"algo", "data", "eps", "seed", "device", "overwrite", "experi
 
 
 def config_dir() -> Path:
+    """$PRIVFAIR_CONFIG_DIR, else the checkout's `configs/`, else the copy an installed package carries."""
     env = os.environ.get("PRIVFAIR_CONFIG_DIR")
-    return Path(env) if env else Path(__file__).resolve().parent.parent / "configs"
+    if env:
+        return Path(env)
+    here = Path(__file__).resolve().parent
+    checkout = here.parent / "configs"
+    return checkout if (checkout / "config.yaml").is_file() else here / "configs"
 
 
 def group_options(group: str) -> list[str]:

@@ -1,6 +1,7 @@
 """End to end through the console entry point: run, multirun + resume, report, reproduce, bad input."""
 
 import json
+import os
 import subprocess
 import sys
 
@@ -152,3 +153,23 @@ def test_resume_reruns_when_the_config_changed(tmp_path, monkeypatch, capsys):
     out = capsys.readouterr().out
     assert "re-running: the config differs" in out and "skip" not in out
     assert "l2: 10" in (tmp_path / "out" / "config.yaml").read_text()
+
+
+@needs_data("german_credit")
+def test_installed_package_runs_without_the_checkout(tmp_path):
+    """`pip install .` (a cluster node, say) carries the configs and published tables inside the package."""
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parent.parent
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--target",
+                    str(tmp_path / "site"), str(repo)], check=True, capture_output=True, timeout=300)
+    probe = ("from privfair_cli import sweep, reproduce; print(sweep.config_dir()); print(reproduce.published_dir());"
+             "from privfair_cli.main import main; raise SystemExit(main(['run', 'algo=lr', 'data=german', "
+             "'hydra.run.dir=out']))")
+    proc = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                          env=os.environ | {"PYTHONPATH": str(tmp_path / "site")})
+    assert proc.returncode == 0, proc.stderr
+    configs, published = proc.stdout.splitlines()[:2]
+    assert configs == str(tmp_path / "site" / "privfair_cli" / "configs")
+    assert (Path(published) / "pflr.csv").is_file() and (Path(configs) / "hydra" / "launcher" / "slurm.yaml").is_file()
+    assert json.loads((tmp_path / "out" / "metrics.json").read_text())["algo"] == "lr"
