@@ -4,6 +4,10 @@
 Hydra starts, the overrides are checked and the config composed and validated once per swept value, so a bad
 value fails in a fraction of a second with one line, before any data is touched. Errors print one line and
 exit non-zero; `--debug` (or HYDRA_FULL_ERROR=1) shows the traceback.
+
+A sweep with more than one job runs on the joblib launcher unless another is chosen (`sweep.launcher_plan`).
+A bad value at some points of a sweep is named up front, and those jobs are recorded as failed while the others
+run. The sweep exits 1 if any job failed.
 """
 
 from __future__ import annotations
@@ -52,7 +56,10 @@ def run_hydra(args: list[str], debug: bool) -> int:
     finally:
         sys.argv = saved.pop("argv")
         for k, v in saved.items():
-            os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
+            if v is None:
+                os.environ.pop(k)
+            else:
+                os.environ[k] = v
         GlobalHydra.instance().clear()
     return 1 if sweep.LAST is not None and sweep.LAST.failed else 0
 
