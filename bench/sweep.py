@@ -38,21 +38,20 @@ def _spin(n: int) -> int:
 
 
 def ceiling(cores: int, n: int = 10_000_000, repeat: int = 3) -> float:
-    """Speed-up of `cores` processes over one on a CPU-bound loop (best of `repeat` each): what any parallel
-    sweep can reach here."""
-    one = []
-    for _ in range(repeat):
-        t = time.perf_counter()
-        _spin(n)
-        one.append(time.perf_counter() - t)
-    with multiprocessing.get_context("spawn").Pool(cores) as pool:
-        pool.map(_spin, [1000] * cores)  # start the workers before timing
-        both = []
-        for _ in range(repeat):
-            t = time.perf_counter()
-            pool.map(_spin, [n] * cores, chunksize=1)
-            both.append(time.perf_counter() - t)
-    return cores * min(one) / min(both)
+    """Speed-up of `cores` worker processes over one on a CPU-bound loop, `cores` loops each time (best of
+    `repeat`): what any parallel sweep can reach on this machine."""
+    ctx = multiprocessing.get_context("spawn")
+    best = {}
+    for workers in (1, cores):
+        with ctx.Pool(workers) as pool:
+            pool.map(_spin, [1000] * workers)  # start the workers before timing
+            times = []
+            for _ in range(repeat):
+                t = time.perf_counter()
+                pool.map(_spin, [n] * cores, chunksize=1)
+                times.append(time.perf_counter() - t)
+            best[workers] = min(times)
+    return best[1] / best[cores]
 
 
 def main() -> None:
