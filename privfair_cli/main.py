@@ -78,9 +78,9 @@ def _job_function(multirun: bool, debug: bool):
         if not multirun:
             try:
                 record = runner.run(cfg, run_dir)
-            except PrivfairError as err:
+            except Exception as err:
                 results.write_failure(run_dir, err, list(hc.overrides.task))
-                if debug:
+                if debug or not isinstance(err, PrivfairError):
                     raise
                 print(f"privfair: error: {err}", file=sys.stderr)
                 raise SystemExit(EXIT_ERROR) from None
