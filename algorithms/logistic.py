@@ -8,12 +8,15 @@ pflr.md §2.1 allows it) keeps the optimum finite on separable data.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 import numpy as np
 from scipy.optimize import minimize
 from scipy.special import expit
 from threadpoolctl import threadpool_limits
 
 from privfair_cli.registry import Plugin, register
+from privfair_cli.typed import bounds
 
 NEWTON_MAX_D = 200
 
@@ -48,19 +51,25 @@ def fit_logistic(X: np.ndarray, y: np.ndarray, l2: float = 1e-6, sample_weight=N
     return res.x
 
 
+@dataclass(frozen=True)
+class LRConfig:
+    l2: float = field(metadata=bounds(ge=0))
+    intercept: bool
+
+
 @register
 class LogisticRegression(Plugin):
     name = "lr"
     kind = "classifier"
     private = False
+    Config = LRConfig
 
     def fit(self, data, budget, ledger, rng, device="cpu"):
-        self.intercept = bool(self.params.get("intercept", True))
-        self.w = fit_logistic(data.X, data.y, l2=float(self.params.get("l2", 1e-6)), intercept=self.intercept)
+        self.w = fit_logistic(data.X, data.y, l2=self.cfg.l2, intercept=self.cfg.intercept)
         return self
 
     def predict_proba(self, X):
-        return expit((with_intercept(X) if self.intercept else X) @ self.w)
+        return expit((with_intercept(X) if self.cfg.intercept else X) @ self.w)
 
     def predict(self, X):
         return (self.predict_proba(X) >= 0.5).astype(int)

@@ -18,10 +18,10 @@ import sys
 from pathlib import Path
 
 from privfair_cli import sweep
+from privfair_cli.config import config_dir, group_options
 from privfair_cli.errors import ConfigError, PrivfairError
 
 EXIT_ERROR = 2
-config_dir, group_options = sweep.config_dir, sweep.group_options
 
 
 # ------------------------------------------------------------------------------------------ run

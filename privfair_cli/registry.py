@@ -16,11 +16,18 @@ TASK_KINDS = ("classifier", "generator", "graph")
 ALGORITHM_MODULES = ("logistic", "functional", "prefair", "causal", "dpsgd")  # torch-free ones first
 
 
+GUARANTEES = ("eps-DP", "(eps,delta)-DP", "zCDP", "heuristic", "none")
+
+
 class Plugin:
     """Base class of every algorithm plugin.
 
-    A plugin is built from its algorithm config (`cfg.algo` minus `name`, as a plain dict of hyperparameters),
-    then `fit(data, budget, ledger, rng, device)` is called once. Task kinds add:
+    A plugin declares `Config`, a frozen dataclass of its hyperparameters (types and ranges; `typed.py`), whose
+    defaults live in `configs/algo/<name>.yaml`. It is built as `cls(cfg, mechanism)` from the validated config
+    (`make(name, **overrides)` does that from the YAML defaults, for tests), then
+    `fit(data, budget, ledger, rng, device)` is called once.
+    `guarantee` is what a run of the plugin really gives (one of GUARANTEES); `claims()` may lower it for the
+    configured instance (e.g. an option that drops the clipping the proof needs makes it `heuristic`). Task kinds add:
       classifier: `predict(X) -> {0,1}` array (and `predict_proba` where it exists);
       generator:  `sample(n, rng) -> pandas.DataFrame` with the input's discrete schema;
       graph:      attribute `adjacency` (p x p 0/1 skeleton) and `cpdag` after fit.
@@ -38,9 +45,21 @@ class Plugin:
     private: ClassVar[bool] = True
     accountant: ClassVar[str] = "basic"
     default_delta: ClassVar[float] = 0.0  # delta used when the run leaves delta=0 (e.g. 1e-9 for MST-style zCDP)
+    guarantee: ClassVar[str] = "eps-DP"
+    Config: ClassVar[type | None] = None  # None: a plugin not yet converted to a typed config (takes **params)
 
-    def __init__(self, **params: Any):
-        self.params = params
+    def __init__(self, cfg: Any = None, mechanism: dict | None = None, **params: Any):
+        if self.Config is None:
+            self.params = params | ({} if cfg is None else dict(cfg))
+        else:
+            if params:
+                raise TypeError(f"{self.name}: pass a {self.Config.__name__}, not keyword parameters")
+            self.cfg = cfg if cfg is not None else self.Config()
+        self.mechanism = dict(mechanism or {})
+
+    def claims(self) -> str:
+        """The guarantee this configured instance gives (one of GUARANTEES)."""
+        return self.guarantee if self.private else "none"
 
     def fit(self, data, budget, ledger, rng: np.random.Generator, device: str = "cpu") -> Plugin:
         raise NotImplementedError
@@ -94,6 +113,29 @@ def get(name: str) -> type[Plugin]:
     if name not in plugins:
         raise ConfigError(f"algo={name!r} is not a registered algorithm; allowed: {', '.join(sorted(plugins))}")
     return plugins[name]
+
+
+def defaults(name: str) -> dict:
+    """The hyperparameters of `configs/algo/<name>.yaml` (without `name`)."""
+    from omegaconf import OmegaConf
+
+    from privfair_cli.config import config_dir
+
+    params = OmegaConf.to_container(OmegaConf.load(config_dir() / "algo" / f"{name}.yaml"), resolve=True)
+    params.pop("name", None)
+    params.pop("defaults", None)
+    return params
+
+
+def make(name: str, mechanism: dict | None = None, **overrides: Any) -> Plugin:
+    """A plugin built from its YAML defaults with `overrides`, validated as a run would validate it."""
+    from privfair_cli.typed import typed
+
+    cls = get(name)
+    params = defaults(name) | overrides
+    if cls.Config is None:
+        return cls(mechanism=mechanism or {}, **params)
+    return cls(typed(cls.Config, params), mechanism or {})
 
 
 def info(cls: type[Plugin]) -> PluginInfo:

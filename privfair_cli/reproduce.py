@@ -40,14 +40,14 @@ RESULTS_ROOT = Path("results")  # outputs, relative to the working directory lik
 
 
 def published_dir() -> Path:
-    from privfair_cli.sweep import config_dir
+    from privfair_cli.config import config_dir
 
     checkout = config_dir().parent / "results" / "published"
     return checkout if checkout.is_dir() else Path(__file__).resolve().parent / "published"
 
 
 def experiment_spec(name: str) -> dict:
-    from privfair_cli.sweep import config_dir
+    from privfair_cli.config import config_dir
 
     path = config_dir() / "experiment" / f"{name}.yaml"
     spec = OmegaConf.to_container(OmegaConf.load(path), resolve=False).get("reproduce")

@@ -93,11 +93,12 @@ def run(cfg: DictConfig, run_dir: Path, log=print) -> dict:
 
     cls = registry.get(rc.algo)
     device = resolve_device(rc.device, cls.cuda)
-    plugin = cls(**rc.params, mechanism=rc.mechanism)
+    plugin = cls(rc.params, rc.mechanism) if cls.Config is not None else cls(**rc.params, mechanism=rc.mechanism)
     budget = Budget(rc.eps, rc.delta)
+    own = rc.params.get("accountant") if isinstance(rc.params, dict) else getattr(rc.params, "accountant", None)
     ledger = PrivacyLedger(
         budget,
-        accountant=rc.params.get("accountant") or rc.budget.get("accountant") or cls.accountant,
+        accountant=own or rc.budget.get("accountant") or cls.accountant,
         rdp_conversion=rc.budget.get("rdp_conversion", "classic"),
     )
     t1 = time.perf_counter()

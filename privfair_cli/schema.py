@@ -12,6 +12,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from privfair_cli import registry
 from privfair_cli.errors import ConfigError
+from privfair_cli.typed import typed
 
 DEVICES = ("auto", "cpu", "cuda")
 
@@ -37,7 +38,7 @@ class RunConfig:
     device: str
     overwrite: bool
     algo: str
-    params: dict[str, Any]
+    params: Any  # the plugin's typed Config (a dict for a plugin without one)
     data: DataCard
     mechanism: dict[str, Any]
     budget: dict[str, Any]
@@ -103,6 +104,8 @@ def validate(cfg: DictConfig) -> RunConfig:
     params = OmegaConf.to_container(cfg.algo, resolve=True)
     name = params.pop("name")
     plugin = registry.get(name)
+    if plugin.Config is not None:
+        params = typed(plugin.Config, params, "algo")
     if delta == 0 and plugin.default_delta:
         delta = float(plugin.default_delta)  # the algorithm's own delta when the run does not set one
     if plugin.needs_delta and delta == 0:

@@ -17,25 +17,12 @@ import sys
 from functools import lru_cache
 from pathlib import Path
 
+from privfair_cli.config import config_dir, group_options
 from privfair_cli.errors import ConfigError
 
 GROUPS = ("data", "algo", "mechanism", "budget", "experiment")
 # Keys kept out of the `<other swept keys>` folder level (they have levels of their own); as in config.yaml.
 DIRNAME_EXCLUDE = {"algo", "data", "eps", "seed", "device", "overwrite", "experiment"}
-
-
-def config_dir() -> Path:
-    """$PRIVFAIR_CONFIG_DIR, else the checkout's `configs/`, else the copy an installed package carries."""
-    env = os.environ.get("PRIVFAIR_CONFIG_DIR")
-    if env:
-        return Path(env)
-    here = Path(__file__).resolve().parent
-    checkout = here.parent / "configs"
-    return checkout if (checkout / "config.yaml").is_file() else here / "configs"
-
-
-def group_options(group: str) -> list[str]:
-    return sorted(p.stem for p in (config_dir() / group).glob("*.yaml"))
 
 
 def split_overrides(overrides: list[str]):

@@ -229,7 +229,7 @@ def test_inprocess_sweep_goes_on_past_a_failure(tmp_path, monkeypatch):
     cls = registry.get("lr")
     fit = cls.fit
     monkeypatch.setattr(cls, "fit", lambda self, train, *a: (_ for _ in ()).throw(ValueError("boom"))
-                        if self.params.get("l2") == 10 else fit(self, train, *a))
+                        if self.cfg.l2 == 10 else fit(self, train, *a))
     lines = []
     outcome = sweep.run_inprocess([*GERMAN, "algo.l2=1,10", "seed=0,1"], tmp_path / "sw", log=lines.append)
     assert (outcome.total, len(outcome.failed)) == (4, 2)
