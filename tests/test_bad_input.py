@@ -1,0 +1,52 @@
+"""The standing bad-input table (`tests/bad_inputs.yaml`): every row fails as promised, in one line, with no
+traceback, and leaves what must survive."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from privfair_cli.main import main
+from tests.conftest import have_data
+
+ROWS = yaml.safe_load((Path(__file__).parent / "bad_inputs.yaml").read_text())
+
+
+def test_table_is_well_formed():
+    ids = [r["id"] for r in ROWS]
+    assert len(ids) == len(set(ids)), "duplicate ids"
+    for r in ROWS:
+        assert {"id", "argv", "exit", "message"} <= set(r), r
+        assert set(r) <= {"id", "argv", "exit", "message", "data", "needs", "setup", "exists", "absent", "env",
+                          "stream"}, r
+
+
+@pytest.mark.parametrize("row", ROWS, ids=[r["id"] for r in ROWS])
+def test_bad_input(row, tmp_path, monkeypatch, capsys):
+    for folder in [row["needs"]] if isinstance(row.get("needs"), str) else row.get("needs", []):
+        if not have_data(folder):
+            pytest.skip(f"dataset folder {folder}/ not available")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PRIVFAIR_PROGRESS", "off")
+    for k, v in (row.get("env") or {}).items():
+        monkeypatch.setenv(k, str(v))
+    for argv in row.get("setup") or []:
+        assert main([str(a) for a in argv]) == 0, f"setup {argv} failed: {capsys.readouterr().err}"
+    capsys.readouterr()
+    if not row.get("data"):
+        monkeypatch.setattr("privfair_cli.datasets.load", lambda *a, **k: pytest.fail("data was touched"))
+    code = main([str(a) for a in row["argv"]])
+    out, err = capsys.readouterr()
+    text = out if row.get("stream") == "stdout" else err
+    assert code == row["exit"], f"exit {code}, expected {row['exit']}\n{err}"
+    assert "Traceback" not in err, err
+    if row.get("stream") != "stdout" and code == 2:
+        lines = [ln for ln in err.strip().splitlines() if ln.startswith("privfair: error")]
+        assert len(lines) == 1, err
+    assert row["message"] in text, text
+    for pattern in row.get("exists") or []:
+        assert list(tmp_path.glob(pattern)), f"{pattern} should exist"
+    for pattern in row.get("absent") or []:
+        assert not list(tmp_path.glob(pattern)), f"{pattern} should not exist"
