@@ -13,7 +13,7 @@ export PRIVFAIR_DATA_DIR := $(SHARED_DATA)
 endif
 endif
 
-.PHONY: setup run test test-all reproduce bench lint clean
+.PHONY: setup run test test-all reproduce docs bench lint clean
 
 setup: $(STAMP)
 
@@ -35,6 +35,10 @@ test-all: setup
 
 reproduce: setup
 	$(BIN)/privfair reproduce all
+
+# docs/reproduction.md and the README's summary, from the committed comparisons (tests/test_docs.py checks them).
+docs: setup
+	$(BIN)/python -m privfair_cli.docs
 
 bench: setup
 	$(BIN)/python -m bench

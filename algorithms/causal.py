@@ -32,7 +32,7 @@ Deviations from the thesis, all chosen by the spec (privpc.md §0, §8):
 - PC is PC-stable (pcalg's default, P10); orientation uses sepsets (P8) and the standard Meek R3 (P9); colliders
   never re-orient an already oriented edge (conflicts: the first orientation is kept).
 - G^2 keeps pcalg's small-sample rule (p-value 1 when n < 10 df); LapMech clips noisy marginal cells at 0 and
-  uses the public n (P16).
+  uses the public n (P16). LapMech refuses full tables above `max_cells` (2^29 cells).
 - PrivPC*'s privacy proof assumes every record has ||x||^2 <= p (P14), which raw simulated data violate. By
   default (`row_clip: true`) rows are rescaled to norm <= sqrt(p) before the covariance is released, a
   data-independent step that makes the bound, and so the eps-DP claim, hold. `row_clip: false` is the thesis'

@@ -45,6 +45,12 @@ Deviations and choices (spec §7):
   `avg_grad_norm`), the comparison uses the former.
 - Model hyperparameters `auto` take the spec's §3 value for the model (CNN: C=1, sigma=0.8, 60 epochs,
   r=0.01; logistic: C=0.5, sigma=1, 20 epochs, r=1/sqrt(T), l2=0.01).
+- C5, budgets: the printed iteration reductions leave DPSGD-F / Naive 0.0006-0.0064 above DPSGD's eps, so the
+  experiments cap the budget above the printed eps (7 in Tables 9.1-9.4, 4.5 in Table 9.5); the spend is
+  `eps_spent`.
+- C15: the thesis reports single runs; the experiments report mean ± std over seeds.
+- Census train size: the 80/20 split rounds the test part (Adult: 36,178 training rows vs the spec's 36,177);
+  T and eps are unchanged.
 """
 
 from __future__ import annotations

@@ -42,7 +42,7 @@ Deviations and choices (prefair.md §11 item numbers):
 - Compas gaps: the published cells are labelled `sensitive=sex`, but the published MST gaps (DP ~0.25 at every
   eps) match the gaps between Race codes 1 and 0 (African-American vs Caucasian), not Sex (~0.05): the card's
   `roles.audit: [Race]` adds those gaps as `dp_race`, ..., and the Compas comparisons use them, with the Sex
-  gaps as extra rows (README, PreFair section, Compas).
+  gaps as extra rows (docs/families/prefair.md, Compas).
 """
 
 from __future__ import annotations
@@ -673,7 +673,7 @@ def table3_ratios(runs: pd.DataFrame, comparison: pd.DataFrame, out_dir) -> None
         if audit and TABLE3[r.metric] in GAPS:
             variants.append((f"{r.metric} [{TABLE3[r.metric]}, sensitive=Sex]", TABLE3[r.metric],
                              "gap on the card's sensitive attribute Sex (the published `sensitive=sex` label); the "
-                             f"primary row measures it on {audit} codes 1 vs 0 (README, PreFair section, Compas)"))
+                             f"primary row measures it on {audit} codes 1 vs 0 (docs/families/prefair.md, Compas)"))
         for metric, key, reason in variants:
             g = runs[(runs["algo"] == "prefair_greedy") & (runs["data"] == data)] if not runs.empty else runs
             m = runs[(runs["algo"] == "mst") & (runs["data"] == data)] if not runs.empty else runs
@@ -706,7 +706,7 @@ def fig8_variants(runs: pd.DataFrame, comparison: pd.DataFrame, out_dir) -> None
     comparison = comparison.assign(metric=comparison["metric"] + " [Race 1 vs 0]")
     extra["metric"] = extra["metric"] + " [Sex]"
     extra["reason"] = ("gap on the card's sensitive attribute Sex (the published `sensitive=sex` label); the row "
-                       "above measures it on Race codes 1 vs 0 (README, PreFair section, Compas)")
+                       "above measures it on Race codes 1 vs 0 (docs/families/prefair.md, Compas)")
     table = pd.concat([comparison, extra]).reset_index(drop=True)
     order = np.argsort(np.r_[np.arange(len(comparison)), np.arange(len(extra)) + 0.5], kind="stable")
     _write_comparison(table.iloc[order], out_dir, "prefair2023_fig8: ours vs published")

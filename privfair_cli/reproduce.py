@@ -1,7 +1,7 @@
 """`privfair reproduce NAME`: run a paper-table experiment and compare it cell by cell with the published numbers.
 
 The experiment config (`configs/experiment/NAME.yaml`) holds the sweep (`hydra.sweeper.params`) and a
-`reproduce:` block that maps the published table onto our runs (see README, "Reproducing a paper table").
+`reproduce:` block that maps the published table onto our runs (see docs/reproducing.md).
 Runs land in `results/reproduce/NAME/runs/` and are resumed (complete runs are skipped); the comparison goes to
 `results/reproduce/NAME/comparison.{csv,md}`. A run that fails is recorded in its folder and its cells show
 `not_run`; the others are compared.

@@ -1,0 +1,243 @@
+"""`make docs` (`python -m privfair_cli.docs`): the reproduction report, generated from the committed comparisons.
+
+Reads every experiment config with a `reproduce:` block (`configs/experiment/*.yaml`) and its committed comparison
+(`results/reproduce/<experiment>/comparison.csv`, written by `privfair reproduce`), then
+
+- writes `docs/reproduction.md`: per paper, experiment and table, how many cells match, deviate, are substituted or
+  were not run, with a link to each comparison and every non-matching cell's reason;
+- rewrites the block of `README.md` between `START` and `END` with the summary table.
+
+Nothing here computes a verdict: the counts and reasons are the comparison's own, so the two pages cannot say
+more (or less) than the committed comparisons. A non-matching cell whose comparison has an empty reason shows
+`NO_REASON`, so the gap is visible. `--check` writes nothing and exits 1 when a page differs from what the
+committed comparisons give (tests/test_docs.py runs the same check).
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+from omegaconf import OmegaConf
+
+VERDICTS = ("match", "deviates", "substitute", "not_run")
+LABELS = {"match": "match", "deviates": "deviates", "substitute": "substitute", "not_run": "not run"}
+NO_REASON = "(no reason recorded)"
+START = "<!-- reproduction-summary:start -->"
+END = "<!-- reproduction-summary:end -->"
+REPORT = Path("docs") / "reproduction.md"
+README = Path("README.md")
+# Experiment names are `<paper>_<table>`; the paper prefix names the source. Unknown prefixes show as they are.
+PAPERS = {
+    "xu2021": "Depeng Xu, PhD thesis (2021): PFLR/PFLR* (ch. 8), PrivPC (ch. 4), DPSGD-F (ch. 9)",
+    "ding2020": "Ding, Zhang, Li, Wang, Yu, Pan (AAAI 2020): PDFC / ADFC",
+    "prefair2023": "Pujol, Gilad, Machanavajjhala (2023): PreFair",
+}
+MAX_LISTED = 6  # distinct algorithms / datasets / metrics named per reason before they are only counted
+
+
+@dataclass(frozen=True)
+class Experiment:
+    name: str
+    about: str  # the config's leading comment
+    spec: dict  # its `reproduce:` block
+    cells: pd.DataFrame | None  # the committed comparison; None when none is committed
+
+    @property
+    def paper(self) -> str:
+        return self.name.split("_", 1)[0]
+
+    @property
+    def tables(self) -> list[str]:
+        if self.cells is not None and len(self.cells):
+            return list(dict.fromkeys(self.cells["table"]))
+        table = self.spec["table"]
+        return list(table) if isinstance(table, list) else [table]
+
+
+def _about(path: Path) -> str:
+    """The first sentence of the config's leading comment (what the experiment reproduces)."""
+    lines = []
+    for line in path.read_text().splitlines():
+        if not line.startswith("#"):
+            break
+        if "@package" not in line:
+            lines.append(line.lstrip("#").strip())
+    return re.split(r"(?<=\.)\s+(?=[A-Z])", " ".join(lines), maxsplit=1)[0]
+
+
+def _natural(name: str) -> list:
+    """Sort key that puts table4_2 before table4_10."""
+    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", name)]
+
+
+def experiments(root: Path) -> list[Experiment]:
+    """Every experiment with a `reproduce:` block, with its committed comparison if there is one."""
+    out = []
+    for path in sorted((root / "configs" / "experiment").glob("*.yaml"), key=lambda p: _natural(p.stem)):
+        spec = OmegaConf.to_container(OmegaConf.load(path), resolve=False).get("reproduce")
+        if not spec:
+            continue
+        csv = root / "results" / "reproduce" / path.stem / "comparison.csv"
+        cells = pd.read_csv(csv, dtype=str, keep_default_na=False) if csv.is_file() else None
+        out.append(Experiment(path.stem, _about(path), spec, cells))
+    return out
+
+
+def _counts(cells: pd.DataFrame | None) -> dict[str, int]:
+    if cells is None:
+        return dict.fromkeys(VERDICTS, 0)
+    unknown = set(cells["verdict"]) - set(VERDICTS)
+    if unknown:
+        raise ValueError(f"unknown verdicts {sorted(unknown)} in a comparison; known: {', '.join(VERDICTS)}")
+    return {v: int((cells["verdict"] == v).sum()) for v in VERDICTS}
+
+
+def _anchor(name: str) -> str:
+    return name.lower()
+
+
+def _link(name: str, base: str) -> str:
+    return f"{base}results/reproduce/{name}/comparison.md"
+
+
+def _row(cells: list[str]) -> str:
+    return "| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |"
+
+
+def _count_cells(counts: dict[str, int]) -> list[str]:
+    return [str(counts[v]) if counts[v] else "" for v in VERDICTS]
+
+
+def summary_table(exps: list[Experiment], report_link: str = "docs/reproduction.md") -> str:
+    """One row per experiment: its tables and the number of cells per verdict (the README's summary)."""
+    head = ["experiment", "paper tables", *(LABELS[v] for v in VERDICTS)]
+    lines = [_row(head), _row(["---"] * len(head))]
+    total = dict.fromkeys(VERDICTS, 0)
+    for e in exps:
+        counts = _counts(e.cells)
+        for v in VERDICTS:
+            total[v] += counts[v]
+        name = f"[`{e.name}`]({report_link}#{_anchor(e.name)})"
+        tables = ", ".join(e.tables)
+        row = _count_cells(counts) if e.cells is not None else ["", "", "", "no comparison committed"]
+        lines.append(_row([name, tables, *row]))
+    lines.append(_row(["**all**", f"{len(exps)} experiments", *(f"**{total[v]}**" for v in VERDICTS)]))
+    return "\n".join(lines)
+
+
+def _names(values: pd.Series, what: str) -> str:
+    distinct = list(dict.fromkeys(values))
+    if len(distinct) > MAX_LISTED:
+        return f"{len(distinct)} {what}"
+    return ", ".join(distinct)
+
+
+def _reasons(cells: pd.DataFrame) -> list[str]:
+    """One line per (verdict, reason) of the cells that do not match, with the cells it covers."""
+    lines = []
+    for verdict in VERDICTS[1:]:
+        part = cells[cells["verdict"] == verdict]
+        reasons = part["reason"].str.strip().replace("", NO_REASON)
+        for reason in dict.fromkeys(reasons):
+            group = part[reasons == reason]
+            where = "; ".join([_names(group["algorithm"], "algorithms"), _names(group["dataset"], "datasets"),
+                               _names(group["metric"], "metrics")])
+            n = len(group)
+            lines.append(f"- **{LABELS[verdict]}**, {n} cell{'s' * (n != 1)} ({where}): {reason}")
+    return lines
+
+
+def _experiment_section(e: Experiment) -> list[str]:
+    lines = [f"### {e.name}", "", e.about, ""]
+    if e.cells is None:
+        skip = e.spec.get("without_cuda") == "skip"
+        lines += [f"**Not run**: no comparison is committed (`results/reproduce/{e.name}/comparison.csv` is absent)"
+                  + ("; the experiment declares `without_cuda: skip`, so `make reproduce` skips it on a machine "
+                     "without a CUDA device." if skip else "."), ""]
+        return lines
+    lines += [f"Comparison: [comparison.md]({_link(e.name, '../')}) "
+              f"([csv](../results/reproduce/{e.name}/comparison.csv)).", ""]
+    head = ["table", "cells", *(LABELS[v] for v in VERDICTS)]
+    lines += [_row(head), _row(["---"] * len(head))]
+    for table in e.tables:
+        part = e.cells[e.cells["table"] == table]
+        lines.append(_row([table, str(len(part)), *_count_cells(_counts(part))]))
+    reasons = _reasons(e.cells)
+    lines += ["", *(reasons or ["Every cell matches."]), ""]
+    return lines
+
+
+def report(exps: list[Experiment]) -> str:
+    """The text of docs/reproduction.md."""
+    lines = [
+        "# Reproduction report",
+        "",
+        "<!-- Generated by `make docs` (python -m privfair_cli.docs) from results/reproduce/*/comparison.csv; "
+        "do not edit. -->",
+        "",
+        "Every paper table privfair reproduces, counted cell by cell from the committed comparisons "
+        "(`results/reproduce/<experiment>/comparison.csv`, written by `privfair reproduce`). How a cell is compared "
+        "and what each verdict means: [reproducing.md](reproducing.md). Each experiment below links its comparison "
+        "(published and reproduced mean ± std, deviation, tolerance per cell) and lists the reason recorded for every "
+        "cell that does not match; a cell without one shows " + NO_REASON + ".",
+        "",
+        "## Summary",
+        "",
+        summary_table(exps, report_link=""),
+        "",
+    ]
+    for paper in dict.fromkeys(e.paper for e in exps):
+        lines += [f"## {PAPERS.get(paper, paper)}", ""]
+        for e in exps:
+            if e.paper == paper:
+                lines += _experiment_section(e)
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def readme_block(exps: list[Experiment]) -> str:
+    return f"{START}\n{summary_table(exps)}\n{END}"
+
+
+def with_block(text: str, block: str) -> str:
+    """`text` with the part from START to END (markers included) replaced by `block`."""
+    start, end = text.find(START), text.find(END)
+    if start < 0 or end < start:
+        raise ValueError(f"README.md needs the markers {START} and {END} (in this order)")
+    return text[:start] + block + text[end + len(END):]
+
+
+def expected(root: Path) -> dict[Path, str]:
+    """What the generated files must contain, from the committed comparisons under `root`."""
+    exps = experiments(root)
+    return {REPORT: report(exps), README: with_block((root / README).read_text(), readme_block(exps))}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m privfair_cli.docs", description=__doc__.splitlines()[0])
+    parser.add_argument("--root", type=Path, default=Path(__file__).resolve().parent.parent,
+                        help="the checkout (default: the one this module lives in)")
+    parser.add_argument("--check", action="store_true", help="write nothing; exit 1 if a page is out of date")
+    args = parser.parse_args(argv)
+    stale = []
+    for rel, text in expected(args.root).items():
+        path = args.root / rel
+        if path.is_file() and path.read_text() == text:
+            continue
+        stale.append(str(rel))
+        if not args.check:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text)
+    if args.check and stale:
+        print(f"out of date: {', '.join(stale)} (run `make docs`)", file=sys.stderr)
+        return 1
+    print(f"wrote {', '.join(stale)}" if stale else "up to date")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,71 @@
+"""The generated reproduction report (docs/reproduction.md) and the README's summary block equal what
+`privfair_cli.docs` makes of the committed comparisons, so neither can drift from them."""
+
+from pathlib import Path
+
+import pytest
+
+from privfair_cli import docs
+
+ROOT = Path(__file__).resolve().parent.parent
+HEADER = "table,dataset,algorithm,setting,metric,published_mean,published_std,ours_mean,ours_std,deviation," \
+         "tolerance,verdict,reason\n"
+
+
+def test_committed_pages_equal_the_generator_output():
+    for rel, text in docs.expected(ROOT).items():
+        assert (ROOT / rel).read_text() == text, f"{rel} is out of date: run `make docs`"
+    assert docs.main(["--check"]) == 0
+
+
+def _checkout(tmp_path: Path, comparisons: dict[str, str], gpu_only: tuple[str, ...] = ()) -> Path:
+    (tmp_path / "configs" / "experiment").mkdir(parents=True)
+    for name in [*comparisons, *gpu_only]:
+        skip = "  without_cuda: skip\n" if name in gpu_only else ""
+        (tmp_path / "configs" / "experiment" / f"{name}.yaml").write_text(
+            f"# @package _global_\n# {name}: what it reproduces. More detail.\nreproduce:\n{skip}"
+            f"  published: p.csv\n  table: Table 1\n  datasets: {{A: a}}\n  metrics: {{acc: accuracy}}\n")
+    for name, rows in comparisons.items():
+        out = tmp_path / "results" / "reproduce" / name
+        out.mkdir(parents=True)
+        (out / "comparison.csv").write_text(HEADER + rows)
+    (tmp_path / "README.md").write_text(f"intro\n{docs.START}\nold\n{docs.END}\nrest\n")
+    return tmp_path
+
+
+def test_counts_reasons_and_missing_reasons_are_shown(tmp_path):
+    rows = ("Table 1,A,x,eps=1,acc,0.5,,0.5,0.01,0,0.02,match,\n"
+            "Table 1,A,x,eps=2,acc,0.5,,0.9,0.01,0.4,0.02,deviates,too high\n"
+            "Table 1,A,y,eps=1,acc,0.5,,,,,0.02,not_run,\n"
+            "Table 2,A,y,eps=1,acc,0.5,,,,,0.02,not_run,needs a GPU\n")
+    root = _checkout(tmp_path, {"p2020_table1": rows}, gpu_only=("p2020_table9",))
+    assert docs.main(["--root", str(root)]) == 0
+    page = (root / docs.REPORT).read_text()
+    assert "| Table 1 | 3 | 1 | 1 |  | 1 |" in page and "| Table 2 | 1 |  |  |  | 1 |" in page
+    assert "**deviates**, 1 cell (x; A; acc): too high" in page
+    assert f"**not run**, 1 cell (y; A; acc): {docs.NO_REASON}" in page
+    assert "**not run**, 1 cell (y; A; acc): needs a GPU" in page
+    assert "p2020_table9: what it reproduces." in page and "More detail" not in page
+    assert "`without_cuda: skip`" in page
+    readme = (root / docs.README).read_text()
+    assert readme.startswith("intro\n") and readme.endswith("\nrest\n") and "old" not in readme
+    assert "| [`p2020_table1`](docs/reproduction.md#p2020_table1) | Table 1, Table 2 | 1 | 1 |  | 2 |" in readme
+    assert "no comparison committed" in readme
+    assert docs.main(["--root", str(root), "--check"]) == 0
+
+
+def test_check_fails_when_a_comparison_changes(tmp_path, capsys):
+    root = _checkout(tmp_path, {"p2020_table1": "Table 1,A,x,eps=1,acc,0.5,,0.5,0.01,0,0.02,match,\n"})
+    docs.main(["--root", str(root)])
+    csv = root / "results" / "reproduce" / "p2020_table1" / "comparison.csv"
+    csv.write_text(csv.read_text().replace(",match,", ",deviates,"))
+    assert docs.main(["--root", str(root), "--check"]) == 1
+    assert "make docs" in capsys.readouterr().err
+
+
+def test_readme_without_markers_and_unknown_verdicts_fail(tmp_path):
+    with pytest.raises(ValueError, match="markers"):
+        docs.with_block("no markers here", "x")
+    root = _checkout(tmp_path, {"p2020_table1": "Table 1,A,x,eps=1,acc,0.5,,0.5,0.01,0,0.02,maybe,\n"})
+    with pytest.raises(ValueError, match="unknown verdicts"):
+        docs.expected(root)
