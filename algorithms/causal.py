@@ -53,6 +53,7 @@ import numpy as np
 from scipy.special import comb as ncomb
 
 from privfair_cli import metrics as core_metrics
+from privfair_cli import plots
 from privfair_cli.errors import ConfigError, DataError
 from privfair_cli.privacy.mechanisms import exponential, laplace
 from privfair_cli.registry import Plugin, register
@@ -209,41 +210,6 @@ def edge_list(A: np.ndarray, names) -> str:
     return "\n".join(rows) + "\n"
 
 
-def draw_graph(A: np.ndarray, names, path: Path, true=None, title: str = "") -> None:
-    """The learned CPDAG on a circle: arrows for directed edges, lines for undirected ones; against a
-    reference skeleton, false edges are red and missed true edges dashed grey."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    p = len(A)
-    ang = 2 * np.pi * np.arange(p) / p
-    xy = np.column_stack([np.cos(ang), np.sin(ang)])
-    T = None if true is None else (np.asarray(true) != 0) | (np.asarray(true) != 0).T
-    fig, ax = plt.subplots(figsize=(6, 6))
-    for i, j in zip(*np.nonzero(A), strict=True):
-        if A[j, i] and i > j:
-            continue
-        colour = "black" if T is None or T[i, j] else "red"
-        style = "-" if A[j, i] else "-|>"
-        ax.annotate("", xy=xy[j], xytext=xy[i], arrowprops={"arrowstyle": style, "color": colour,
-                                                            "shrinkA": 14, "shrinkB": 14, "lw": 1.4})
-    if T is not None:
-        for i, j in zip(*np.nonzero(np.triu(T & ~((A != 0) | (A != 0).T), 1)), strict=True):
-            ax.plot(*xy[[i, j]].T, ls="--", color="grey", lw=0.8)
-    for (u, v), name in zip(xy, names, strict=True):
-        ax.text(u, v, name, ha="center", va="center", fontsize=8,
-                bbox={"boxstyle": "circle", "fc": "white", "ec": "black"})
-    ax.set_xlim(-1.25, 1.25)
-    ax.set_ylim(-1.25, 1.25)
-    ax.set_aspect("equal")
-    ax.axis("off")
-    ax.set_title(title, fontsize=9)
-    fig.savefig(path, dpi=110, bbox_inches="tight")
-    plt.close(fig)
-
-
 # ---------------------------------------------------------------------------------------------- data views
 def categorical_view(data) -> tuple[np.ndarray, np.ndarray]:
     if data.frame is None or not data.domain:
@@ -316,7 +282,7 @@ class PCFamily(Plugin):
         if self.true_dag is not None:
             (run_dir / "true_dag_edges.csv").write_text(edge_list(np.asarray(self.true_dag).astype(int), self.names))
         if len(self.names) <= int(self.params.get("draw_max_nodes", 20)):
-            draw_graph(self.cpdag, self.names, run_dir / "graph.png", truth,
+            plots.graph(self.cpdag, self.names, run_dir / "graph.png", truth,
                        f"{self.name}: {int(_skeleton_edges(self.cpdag).sum())} edges")
 
 
@@ -487,53 +453,3 @@ def q2_scores(d: np.ndarray, ind: np.ndarray) -> np.ndarray:
     lo, hi, ilo, ihi = d[:-1], d[1:], ind[:-1], ind[1:]
     q[1:alpha] = np.where(ilo & ~ihi, np.minimum(lo, -hi) - 1, np.where(ilo & ihi, -hi, lo))
     return q
-
-
-# ---------------------------------------------------------------------------------------------- reproduction
-READINGS = {
-    "TPR": ("tpr_pub", "published reading: printed TPR = shared / estimated edges (textbook TDR, precision)"),
-    "TDR": ("tdr_pub", "published reading: printed TDR = shared / true edges (textbook TPR, recall)"),
-    "FPR": ("fpr_pub", "published reading: printed FPR = missed true edges / non-adjacent pairs of the estimate"),
-    "num_edges": ("num_edges", "edges of the estimated skeleton"),
-    "runtime_seconds": ("runtime_seconds", "seconds in fit (skeleton + orientation)"),
-}
-
-
-def reproduction_figure(runs, comparison, out_dir) -> None:
-    """`privfair reproduce` hook: marks every comparison cell with the metric reading it uses (columns
-    `our_metric`, `reading` added to comparison.csv / .md) and plots ours against published per metric."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from privfair_cli import results
-    from privfair_cli.report import markdown
-
-    out_dir = Path(out_dir)
-    comparison = comparison.copy()
-    comparison["our_metric"] = [READINGS.get(m, (m, ""))[0] for m in comparison["metric"]]
-    comparison["reading"] = [READINGS.get(m, ("", ""))[1] for m in comparison["metric"]]
-    results.atomic_write(out_dir / "comparison.csv", comparison.to_csv(index=False, float_format="%.4f"))
-    results.atomic_write(out_dir / "comparison.md", f"# {out_dir.name}: ours vs published\n\n"
-                         + markdown(comparison.round(4).fillna("")))
-    metrics = [m for m in ("TPR", "FPR", "TDR", "num_edges", "runtime_seconds") if (comparison["metric"] == m).any()]
-    if not metrics:
-        return
-    fig, axes = plt.subplots(1, len(metrics), figsize=(4.2 * len(metrics), 4), squeeze=False)
-    for ax, metric in zip(axes[0], metrics, strict=True):
-        cells = comparison[comparison["metric"] == metric]
-        for algo, grp in cells.groupby("algorithm"):
-            ax.errorbar(grp["published_mean"], grp["ours_mean"], xerr=grp["published_std"].fillna(0),
-                        yerr=grp["ours_std"].fillna(0), fmt="o", capsize=2, label=algo, alpha=0.8)
-        lims = [0, max(1.0, float(np.nanmax(cells[["published_mean", "ours_mean"]].to_numpy())) * 1.05)]
-        ax.plot(lims, lims, color="grey", lw=0.8, ls="--")
-        ax.set_xlim(lims)
-        ax.set_ylim(lims)
-        ax.set_xlabel(f"published {metric}")
-        ax.set_ylabel(f"ours ({READINGS.get(metric, (metric,))[0]})")
-        ax.legend(fontsize=7)
-    fig.suptitle(f"{out_dir.name}: ours vs published (mean ± std over runs)", fontsize=10)
-    fig.tight_layout()
-    fig.savefig(out_dir / "figure.png", dpi=110)
-    plt.close(fig)

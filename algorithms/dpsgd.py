@@ -66,7 +66,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from privfair_cli import metrics, progress
+from privfair_cli import metrics, plots, progress
 from privfair_cli.errors import BudgetExceeded, ConfigError
 from privfair_cli.privacy import accountants
 from privfair_cli.registry import Plugin, register
@@ -599,28 +599,7 @@ class XuSGD(Plugin):
         df = self.curves()
         Path(run_dir).mkdir(parents=True, exist_ok=True)   # the in-process sweep creates it only when writing
         df.to_csv(Path(run_dir) / "curves.csv", index=False, float_format="%.6g")
-        plot_curves(df, Path(run_dir) / "curves.png", title=f"{self.name}")
-
-
-def plot_curves(df, path: Path, title: str = "") -> None:
-    """Per-group average loss and gradient norm per epoch (thesis Figures 9.1 / 9.2 / 9.4 style)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    cols = ["avg_loss", "avg_grad_norm"] + (["avg_clip_bound"] if "avg_clip_bound" in df else [])
-    fig, axes = plt.subplots(1, len(cols), figsize=(4.2 * len(cols), 3.2))
-    for ax, col in zip(axes, cols, strict=True):
-        for name, g in df.groupby("group", sort=False):
-            ax.plot(g["epoch"], g[col], label=str(name))
-        ax.set_xlabel("epoch")
-        ax.set_ylabel(col.replace("_", " "))
-    axes[0].legend(fontsize=7)
-    fig.suptitle(title)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+        plots.curves(df, Path(run_dir) / "curves.png", title=f"{self.name}")
 
 
 @register
@@ -651,38 +630,3 @@ class DPSGDNaive(XuSGD):
     name = "dpsgd_naive"
     algorithm = "dpsgd_naive"
     mechanisms = ("subsampled_gaussian",)
-
-
-def plot_experiment(runs, comparison, out_dir) -> None:
-    """`reproduce` figure: per-group training loss and gradient norm per epoch (seed 0 of every algorithm and
-    dataset, the compared groups only), in the style of the thesis' Figures 9.1 / 9.2 / 9.4 / 9.7 / 9.8."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    import pandas as pd
-
-    if runs.empty:
-        return
-    first = runs.sort_values("seed").groupby(["data", "algo"], sort=True).head(1)
-    datasets = sorted(first["data"].unique())
-    fig, axes = plt.subplots(len(datasets), 2, figsize=(10, 3.2 * len(datasets)), squeeze=False)
-    for row, name in zip(axes, datasets, strict=True):
-        for r in first[first["data"] == name].itertuples(index=False):
-            path = Path(r.run_dir) / "curves.csv"
-            if not path.is_file():
-                continue
-            df = pd.read_csv(path)
-            groups = ["class2", "class8"] if "class8" in set(df["group"]) else sorted(df["group"].unique())
-            for g in groups:
-                sub = df[df["group"] == g]
-                for ax, col in zip(row, ("avg_loss", "avg_grad_norm"), strict=True):
-                    ax.plot(sub["epoch"], sub[col], label=f"{r.algo} {g}")
-        for ax, col in zip(row, ("average loss", "average gradient norm"), strict=True):
-            ax.set_title(f"{name}: {col}", fontsize=9)
-            ax.set_xlabel("epoch")
-            ax.set_yscale("log")
-        row[0].legend(fontsize=6, ncol=2)
-    fig.tight_layout()
-    fig.savefig(Path(out_dir) / "curves.png", dpi=100)
-    plt.close(fig)

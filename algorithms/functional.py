@@ -548,27 +548,3 @@ class FairLR(LinearClassifier):
                     {"type": "ineq", "fun": lambda w: tau + c @ w, "jac": lambda w: c}]
             return minimize(loss, w0, jac=True, method="SLSQP", constraints=cons, options={"maxiter": 500}).x
         raise ConfigError(f"fairlr mode={mode!r} is unknown; allowed: constraint, penalty")
-
-
-# ------------------------------------------------------------------------------------------ figure
-def plot_fig8_1(runs, comparison, out_dir) -> None:
-    """Thesis Figure 8.1: PFLR* accuracy (a) and risk difference (b) vs eps_f/eps, mean ± std over the runs."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    by = runs.groupby("cfg.algo.eps_f_ratio")
-    fig, axes = plt.subplots(1, 2, figsize=(9, 3.4))
-    for ax, metric, label in ((axes[0], "accuracy", "(a) accuracy"), (axes[1], "risk_difference_abs",
-                                                                       "(b) risk difference")):
-        mean, std = by[metric].mean(), by[metric].std(ddof=1)
-        ax.errorbar(mean.index, mean.values, yerr=std.values, marker="o", ms=3, capsize=2)
-        ax.set_xlabel("eps_f / eps")
-        ax.set_title(f"{label}, PFLR*, Adult, eps = {runs['eps'].iloc[0]:g}")
-        ax.grid(alpha=0.3)
-    axes[1].axhline(0.05, color="grey", ls="--", lw=1, label="thesis: RD < 0.05")
-    axes[1].legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(f"{out_dir}/fig8_1.png", dpi=120)
-    plt.close(fig)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from privfair_cli import results
+from privfair_cli import plots, results
 from privfair_cli.errors import PrivfairError
 
 MAIN_METRICS = ("accuracy", "risk_difference", "dtpr", "dfpr", "tvd_1way", "tvd_2way", "edge_tpr", "edge_fpr",
@@ -63,68 +63,9 @@ def report(path: Path, metrics: list[str] | None = None, plot: str | None = None
     if plot:
         shown = metrics if given else [m for m in PLOT_METRICS if m in metrics]
         out = Path(path) / f"tradeoff_{plot}.png"
-        plot_tradeoff(summary, plot, shown or metrics, out)
+        plots.tradeoff(summary, plot, shown or metrics, out)
         print(f"wrote {out}")
     return summary
-
-
-def plot_tradeoff(summary: pd.DataFrame, x: str, metrics: list[str], out: Path):
-    """Each metric (rows) against `x` per dataset (columns): mean line and ± std band per algorithm and value of
-    the other swept keys. A line measured at a single x (a non-private baseline run at one eps) is drawn
-    dashed across the panel. Returns the figure after saving it."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    keys = [c for c in summary.columns if not c.endswith(("_mean", "_std")) and c != "runs"]
-    if x not in keys or not pd.api.types.is_numeric_dtype(summary[x]):
-        allowed = [k for k in keys if pd.api.types.is_numeric_dtype(summary[k])]
-        raise PrivfairError(f"--plot {x}: not a numeric swept key of these runs; allowed: {', '.join(allowed)}")
-    datasets = sorted(summary["data"].unique())
-    series = ["algo"] + [k for k in keys if k not in (x, "data", "algo") and summary[k].nunique(dropna=False) > 1]
-    fig, axes = plt.subplots(len(metrics), len(datasets), figsize=(4.2 * len(datasets), 2.9 * len(metrics)),
-                             squeeze=False, sharex=True)
-    xs = summary[x].astype(float)
-    log_x = bool((xs > 0).all() and xs.max() / xs.min() >= 100)
-    ident = summary[series].astype(str).agg(" | ".join, axis=1)  # one line per algorithm and other swept values
-    colours = {name: f"C{i % 10}" for i, name in enumerate(sorted(ident.unique()))}
-    for j, dataset in enumerate(datasets):
-        sub = summary[summary["data"] == dataset]
-        for name, line in sub.groupby(ident[sub.index], sort=True):
-            line = line.sort_values(x)
-            first = line.iloc[0]
-            label = str(first["algo"]) + "".join(f", {k}={first[k]}" for k in series if k != "algo")
-            colour = colours[name]
-            for i, metric in enumerate(metrics):
-                ax = axes[i, j]
-                mean, std = line[f"{metric}_mean"].to_numpy(float), line[f"{metric}_std"].fillna(0).to_numpy(float)
-                if len(line) == 1:
-                    ax.axhline(mean[0], color=colour, ls="--", lw=1.2, label=f"{label} (one {x})")
-                    ax.axhspan(mean[0] - std[0], mean[0] + std[0], color=colour, alpha=0.12, lw=0)
-                else:
-                    ax.plot(line[x], mean, marker="o", ms=3, color=colour, label=label)
-                    ax.fill_between(line[x], mean - std, mean + std, color=colour, alpha=0.18, lw=0)
-    for i, metric in enumerate(metrics):
-        for j, dataset in enumerate(datasets):
-            ax = axes[i, j]
-            ax.grid(alpha=0.3)
-            if log_x:
-                ax.set_xscale("log")
-            if i == 0:
-                ax.set_title(str(dataset))
-            if i == len(metrics) - 1:
-                ax.set_xlabel(x)
-            if j == 0:
-                ax.set_ylabel(metric.replace("_", " "))
-    handles, labels = axes[0, 0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="lower center", ncol=min(4, len(labels)), fontsize=8, frameon=False)
-    lo, hi = int(summary["runs"].min()), int(summary["runs"].max())
-    fig.suptitle(f"mean ± std over seeds ({lo if lo == hi else f'{lo}-{hi}'} runs a point)", fontsize=9)
-    fig.tight_layout(rect=(0, 0.04 + 0.03 * ((len(labels) - 1) // 4), 1, 1))
-    fig.savefig(out, dpi=130)
-    plt.close(fig)
-    return fig
 
 
 def markdown(df: pd.DataFrame) -> str:

@@ -1,30 +1,54 @@
 """`privfair reproduce NAME`: run a paper-table experiment and compare it cell by cell with the published numbers.
 
 The experiment config (`configs/experiment/NAME.yaml`) holds the sweep (`hydra.sweeper.params`) and a
-`reproduce:` block that maps the published table onto our runs (see docs/reproducing.md).
-Runs land in `results/reproduce/NAME/runs/` and are resumed (complete runs are skipped); the comparison goes to
-`results/reproduce/NAME/comparison.{csv,md}`. A run that fails is recorded in its folder and its cells show
-`not_run`; the others are compared.
+`reproduce:` block that maps the published table onto our runs (docs/reproducing.md). Runs land in
+`results/reproduce/NAME/runs/` and are resumed (complete runs are skipped). The comparison (`comparison.csv` /
+`.md`) and the figures are written once, here:
+
+- `privfair reproduce NAME` (the full sweep): `results/reproduce/NAME/`, the canonical comparison, built from the
+  run folders of the full sweep only (runs of other configs under `runs/` never enter it);
+- `privfair reproduce NAME <overrides>` (a subset, or other settings): `results/reproduce/NAME/subsets/<slug>/`,
+  built from the runs of that command's sweep; the canonical comparison is left as it is.
+
+A run that fails is recorded in its folder and its cells show `not_run`; the others are compared.
 
 Verdict of a cell: `match` when |ours - published| <= tolerance, with
 `tolerance = max(floor, 2 sqrt(std_pub^2 + std_ours^2) / sqrt(runs))` (two standard errors of the difference
 of means when both sides average `runs` runs); `deviates` otherwise; `substitute` where our dataset stands in for
 one that is not public; `not_run` where no run matched the cell.
 
-An experiment may declare `without_cuda: skip` (GPU-only) or `without_cuda: [overrides]` (the cells that fit a
-CPU, e.g. `["data=adult,dutch"]`, quoted so YAML keeps the comma), applied when no CUDA device is visible.
-
-Optional keys for tables whose `setting` column names variants and groups: a `datasets` value may be a list of
-cards, told apart by a setting mapped in `settings`; `values: {setting key: {published value: our value}}`
-translates a setting's values before matching; `metric_suffix: {setting key: {published value: suffix}}`
-appends a suffix to our metric key (e.g. `group=female` -> `accuracy_s0`).
+Keys of the `reproduce:` block (REQUIRED, then optional):
+- `published` (a CSV under results/published), `table` (one name or a list), `datasets` ({published: card, or a
+  list of cards told apart by a setting}), `metrics` ({published metric: our metric key}).
+- `algorithms` ({published: ours}), `settings` ({setting key: config path}), `floors` ({published metric:
+  tolerance floor}, default 0.01), `reasons` ({"algorithm|dataset|metric" glob: why the cell deviates}),
+  `substitute` (published datasets we stand in for), `without_cuda` (`skip`, or the overrides that fit a CPU, e.g.
+  `["data=adult,dutch"]`), `values` ({setting key: {published value: our value}}), `metric_suffix` ({setting key:
+  {published value: suffix of our metric key}}, e.g. `group=female` -> `accuracy_s0`).
+- `metrics_by_dataset` ({published dataset: {published metric: our key}}): keys that replace `metrics` for one
+  dataset (e.g. Compas gaps measured between Race codes 1 and 0: `dp_race`).
+- `key_notes` ({glob over our keys: text}): appended to the setting of every cell whose key matches
+  (e.g. `{"*_race": audit=race}`).
+- `cell` (`_target_` style): how a cell's number is computed from its runs, called as
+  `cell(pick, algorithm, key) -> Cell` where `pick(algorithm)` gives the runs of the cell's dataset and settings.
+  Default `mean_of_runs`; `privfair_cli.reproduce.ratio` ({denominator, scale, undefined}) gives
+  `scale * mean(algorithm) / mean(denominator)` (e.g. PreFair's Greedy as % of MST).
+- `label` (default "{metric}"): the metric label of each published cell; `variants`: extra rows after each cell,
+  the same cell measured on another of our keys: a list of `{keys: {our key: other key}, label: "{metric} [..]",
+  reason: text}` (`{metric}` and `{key}` are filled in).
+- `columns` ({column: {our metric key: text}, or `key`}): extra columns of comparison.csv / .md; `key` writes the
+  metric key behind each cell.
+- `title`: the heading of comparison.md; `figure`: figure kinds (`privfair_cli.plots`), one mapping or a list.
 """
 
 from __future__ import annotations
 
 import fnmatch
-import importlib
+import functools
+import hashlib
 import math
+import re
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -36,7 +60,11 @@ from privfair_cli.errors import ConfigError
 
 COLUMNS = ["table", "dataset", "algorithm", "setting", "metric", "published_mean", "published_std", "ours_mean",
            "ours_std", "deviation", "tolerance", "verdict", "reason"]
+KEY = "our_metric"  # the metric key behind each cell: in every comparison frame, written only when `columns` asks
 RESULTS_ROOT = Path("results")  # outputs, relative to the working directory like every run folder
+REQUIRED = ("published", "table", "datasets", "metrics")
+OPTIONAL = ("algorithms", "settings", "floors", "reasons", "substitute", "without_cuda", "values", "metric_suffix",
+            "metrics_by_dataset", "key_notes", "cell", "label", "variants", "columns", "title", "figure")
 
 
 def published_dir() -> Path:
@@ -53,9 +81,13 @@ def experiment_spec(name: str) -> dict:
     spec = OmegaConf.to_container(OmegaConf.load(path), resolve=False).get("reproduce")
     if not spec:
         raise ConfigError(f"experiment {name!r} has no `reproduce:` block")
-    for key in ("published", "table", "datasets", "metrics"):
+    for key in REQUIRED:
         if key not in spec:
             raise ConfigError(f"experiment {name}: reproduce.{key} is missing")
+    unknown = sorted(set(spec) - set(REQUIRED) - set(OPTIONAL))
+    if unknown:
+        raise ConfigError(f"experiment {name}: reproduce.{unknown[0]} is not a key of reproduce; allowed: "
+                          f"{', '.join(REQUIRED + OPTIONAL)}")
     return spec
 
 
@@ -82,61 +114,145 @@ def _reason(spec: dict, algorithm: str, dataset: str, metric: str) -> str:
     return ""
 
 
+# ---------------------------------------------------------------------------------------------- cells
+@dataclass(frozen=True)
+class Cell:
+    """Our number for one published cell: mean and std over `n` runs; `note` is appended to the setting and
+    `reason` replaces the cell's reason (e.g. why a ratio is undefined)."""
+
+    mean: float
+    std: float
+    n: int
+    note: str = ""
+    reason: str = ""
+
+
+def mean_of_runs(pick, algorithm: str, key: str) -> Cell:
+    """The default cell: mean and sample std of `key` over the runs of `algorithm`."""
+    sel = pick(algorithm)
+    values = sel[key].dropna() if key in sel else pd.Series(dtype=float)
+    n = len(values)
+    return Cell(float(values.mean()) if n else float("nan"), float(values.std(ddof=1)) if n > 1 else float("nan"),
+                n)
+
+
+def ratio(pick, algorithm: str, key: str, denominator: str, scale: float = 100.0,
+          undefined: str = "ratio undefined: both means are 0") -> Cell:
+    """`scale * mean(algorithm) / mean(denominator)` of `key` over the runs of the same dataset and settings
+    (e.g. PreFair Table 3, prefair.md §9 item 6); `n` is the smaller of the two run counts (`runs=n` is noted in the
+    setting), the std is not defined. A 0 / 0 ratio is NaN with the reason `undefined`."""
+    top, bottom = pick(algorithm), pick(denominator)
+    n = min(len(top), len(bottom))
+    if not n or key not in top or key not in bottom:
+        return Cell(float("nan"), float("nan"), n, f"runs={n}", undefined if n else "")
+    with np.errstate(invalid="ignore", divide="ignore"):
+        value = float(scale * np.float64(top[key].mean()) / np.float64(bottom[key].mean()))
+    return Cell(value, float("nan"), n, f"runs={n}", undefined if math.isnan(value) else "")
+
+
+def _cell_function(spec: dict):
+    return _target(spec["cell"], "cell") if spec.get("cell") else mean_of_runs
+
+
+def _target(value, key: str):
+    """A `{_target_: module.function, **params}` mapping as a function of the remaining arguments."""
+    from hydra.utils import instantiate
+
+    if not isinstance(value, dict) or "_target_" not in value:
+        raise ConfigError(f"reproduce.{key} must be a mapping with `_target_: module.function` (got {value!r})")
+    return instantiate(value, _partial_=True, _convert_="all")
+
+
+def select(runs: pd.DataFrame, spec: dict, dataset: str, setting: dict[str, str], algorithm: str) -> pd.DataFrame:
+    """The runs of `algorithm` (our name) on the cards of the published `dataset` whose settings match."""
+    if runs.empty:
+        return runs
+    cards = spec["datasets"][dataset]  # one card, or a list told apart by a setting (e.g. variant)
+    sel = runs[(runs["algo"] == algorithm) & runs["data"].isin(cards if isinstance(cards, list) else [cards])]
+    settings = spec.get("settings") or {}
+    translate = spec.get("values") or {}  # {setting key: {published value: our value}}
+    for key, value in setting.items():
+        if key not in settings or value in ("inf", "∞") or sel.empty:
+            continue
+        value = str((translate.get(key) or {}).get(value, value))
+        col = "cfg." + settings[key]
+        sel = sel[[_same(v, value) for v in sel[col]]] if col in sel else sel.iloc[0:0]
+    return sel
+
+
+def key_of(spec: dict, dataset: str, metric: str, setting: dict[str, str]) -> str:
+    """Our metric key for a published cell: `metrics_by_dataset`, else `metrics`, plus any `metric_suffix`."""
+    base = ((spec.get("metrics_by_dataset") or {}).get(dataset) or {}).get(metric) or spec["metrics"][metric]
+    suffixes = spec.get("metric_suffix") or {}  # {setting key: {published value: suffix of our metric key}}
+    return base + "".join(str((table or {}).get(setting.get(key), "")) for key, table in suffixes.items())
+
+
+def _row(spec: dict, r, label: str, key: str, cell: Cell, reason: str | None) -> list:
+    pub_std = 0.0 if pd.isna(r.std) else float(r.std)
+    ours_std = 0.0 if math.isnan(cell.std) else cell.std
+    tol = max(float((spec.get("floors") or {}).get(r.metric, 0.01)),
+              2 * math.sqrt(pub_std**2 + ours_std**2) / math.sqrt(max(cell.n, 1)))
+    dev = cell.mean - float(r.mean) if cell.n else float("nan")
+    if not cell.n:
+        verdict = "not_run"
+    elif r.dataset in set(spec.get("substitute") or []):
+        verdict = "substitute"
+    else:
+        verdict = "match" if abs(dev) <= tol else "deviates"
+    if cell.reason:
+        reason = cell.reason
+    elif reason is None:  # a published cell: the experiment's reason where it does not match
+        reason = _reason(spec, r.algorithm, r.dataset, r.metric) if verdict != "match" else ""
+    notes = [text for pattern, text in (spec.get("key_notes") or {}).items() if fnmatch.fnmatch(key, pattern)]
+    setting = ";".join([r.setting, *notes, *([cell.note] if cell.note else [])])
+    return [r.table, r.dataset, r.algorithm, setting, label, float(r.mean), r.std, cell.mean, cell.std, dev, tol,
+            verdict, reason, key]
+
+
 def compare(runs: pd.DataFrame, published: pd.DataFrame, spec: dict) -> pd.DataFrame:
+    """One row per published cell of the experiment (then its `variants`), in the published order."""
     tables = spec["table"] if isinstance(spec["table"], list) else [spec["table"]]
     algos = spec.get("algorithms") or {}
     pub = published[published["table"].isin(tables) & published["dataset"].isin(spec["datasets"])
                     & published["metric"].isin(spec["metrics"])]
     if algos:
         pub = pub[pub["algorithm"].isin(algos)]
-    floors = spec.get("floors") or {}
-    settings = spec.get("settings") or {}
-    translate = spec.get("values") or {}  # {setting key: {published value: our value}}
-    suffixes = spec.get("metric_suffix") or {}  # {setting key: {published value: suffix of our metric key}}
-    substitutes = set(spec.get("substitute") or [])
+    cell = _cell_function(spec)
     rows = []
     for r in pub.itertuples(index=False):
-        ours_algo = algos.get(r.algorithm, r.algorithm)
-        cards = spec["datasets"][r.dataset]  # one card, or a list told apart by a setting (e.g. variant)
-        cards = cards if isinstance(cards, list) else [cards]
-        sel = runs[(runs["algo"] == ours_algo) & runs["data"].isin(cards)] if not runs.empty else runs
         setting = parse_setting(r.setting)
-        for key, value in setting.items():
-            if key not in settings or value in ("inf", "∞") or sel.empty:
-                continue
-            value = str((translate.get(key) or {}).get(value, value))
-            col = "cfg." + settings[key]
-            sel = sel[[_same(v, value) for v in sel[col]]] if col in sel else sel.iloc[0:0]
-        metric = spec["metrics"][r.metric] + "".join(
-            str((table or {}).get(setting.get(key), "")) for key, table in suffixes.items())
-        values = sel[metric].dropna() if metric in sel else pd.Series(dtype=float)
-        n = len(values)
-        mean = float(values.mean()) if n else float("nan")
-        std = float(values.std(ddof=1)) if n > 1 else float("nan")
-        pub_std = 0.0 if pd.isna(r.std) else float(r.std)
-        tol = max(float(floors.get(r.metric, 0.01)),
-                  2 * math.sqrt(pub_std**2 + (0.0 if math.isnan(std) else std) ** 2) / math.sqrt(max(n, 1)))
-        dev = mean - float(r.mean) if n else float("nan")
-        if not n:
-            verdict = "not_run"
-        elif r.dataset in substitutes:
-            verdict = "substitute"
-        else:
-            verdict = "match" if abs(dev) <= tol else "deviates"
-        reason = _reason(spec, r.algorithm, r.dataset, r.metric) if verdict != "match" else ""
-        rows.append([r.table, r.dataset, r.algorithm, r.setting, r.metric, float(r.mean), r.std, mean, std,
-                     dev, tol, verdict, reason])
-    return pd.DataFrame(rows, columns=COLUMNS)
+        pick = functools.partial(select, runs, spec, r.dataset, setting)
+        algo = algos.get(r.algorithm, r.algorithm)
+        key = key_of(spec, r.dataset, r.metric, setting)
+        rows.append(_row(spec, r, spec.get("label", "{metric}").format(metric=r.metric), key,
+                         cell(pick, algo, key), None))
+        for variant in spec.get("variants") or []:
+            other = (variant.get("keys") or {}).get(key)
+            if other:
+                rows.append(_row(spec, r, variant["label"].format(metric=r.metric, key=other), other,
+                                 cell(pick, algo, other), variant.get("reason", "")))
+    return pd.DataFrame(rows, columns=COLUMNS + [KEY])
 
 
-def collect_runs(run_root: Path, spec: dict) -> pd.DataFrame:
-    runs = results.collect(run_root)
+# ---------------------------------------------------------------------------------------------- runs
+def collect_runs(run_dirs: list[Path], spec: dict) -> pd.DataFrame:
+    """One row per complete run among `run_dirs`, with a `cfg.<path>` column per `settings` path."""
+    frames = [f for f in (results.collect(d) for d in run_dirs if (Path(d) / "metrics.json").is_file())
+              if not f.empty]
+    runs = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
     if runs.empty:
         return runs
     for path in (spec.get("settings") or {}).values():
         runs["cfg." + path] = [OmegaConf.select(OmegaConf.load(Path(d) / "config.yaml"), path)
                                for d in runs["run_dir"]]
     return runs
+
+
+def sweep_run_dirs(overrides: list[str], sweep_dir: Path) -> list[Path]:
+    """The run folder of every job of the sweep `overrides` (where `run_inprocess` writes it)."""
+    from privfair_cli.sweep import expand, job_config, run_dir_of
+
+    return [run_dir_of(sweep_dir, job_config(job), job) for job in expand(overrides)]
 
 
 def without_cuda(spec: dict, overrides: list[str]) -> list[str] | None:
@@ -153,33 +269,66 @@ def without_cuda(spec: dict, overrides: list[str]) -> list[str] | None:
     return [o for o in rule if o.split("=", 1)[0].lstrip("+~") not in given] + list(overrides)
 
 
-def reproduce(name: str, overrides: list[str], run: bool = True) -> pd.DataFrame | None:
+def subset_dir(root: Path, overrides: list[str]) -> Path:
+    """`<root>/subsets/<readable overrides>-<hash>`: one folder per distinct override list."""
+    text = " ".join(overrides)
+    slug = re.sub(r"[^A-Za-z0-9=,.()_+-]+", "_", text)[:80].strip("_")
+    return root / "subsets" / f"{slug}-{hashlib.sha1(text.encode()).hexdigest()[:8]}"
+
+
+# ---------------------------------------------------------------------------------------------- outputs
+def table(comparison: pd.DataFrame, spec: dict) -> pd.DataFrame:
+    """The written comparison: COLUMNS plus the experiment's `columns`."""
+    out = comparison[COLUMNS].copy()
+    for column, values in (spec.get("columns") or {}).items():
+        out[column] = comparison[KEY] if values == "key" else [values.get(k, "") for k in comparison[KEY]]
+    return out
+
+
+def write(comparison: pd.DataFrame, out: Path, title: str) -> None:
+    results.atomic_write(out / "comparison.csv", comparison.to_csv(index=False, float_format="%.4f"))
     from privfair_cli.report import markdown
+
+    results.atomic_write(out / "comparison.md", f"# {title}\n\n" + markdown(
+        comparison.round(4).astype(object).where(comparison.notna(), "")))
+
+
+def draw(spec: dict, runs: pd.DataFrame, comparison: pd.DataFrame, out: Path, name: str) -> None:
+    figures = spec.get("figure") or []
+    for fig in figures if isinstance(figures, list) else [figures]:
+        _target(fig, "figure")(runs, comparison, out, name=name)
+
+
+def reproduce(name: str, overrides: list[str], run: bool = True) -> pd.DataFrame | None:
+    """Run (unless `run=False`) and compare; returns the comparison with `attrs` `failed` (run folders whose run
+    raised) and `out` (the folder it was written to)."""
     from privfair_cli.sweep import run_inprocess
 
     spec = experiment_spec(name)
-    out = RESULTS_ROOT / "reproduce" / name
+    root = RESULTS_ROOT / "reproduce" / name
+    effective = without_cuda(spec, overrides) if run else overrides
+    if effective is None:
+        print(f"skip {name}: it needs a CUDA GPU at the paper's size (`privfair run -m experiment={name}` forces "
+              f"it on this machine)")
+        return None
     failed: list[str] = []
     if run:
-        effective = without_cuda(spec, overrides)
-        if effective is None:
-            print(f"skip {name}: it needs a CUDA GPU at the paper's size (`privfair run -m experiment={name}` forces "
-                  f"it on this machine)")
-            return None
         if effective != overrides:
             print(f"{name}: no CUDA device, running the CPU cells only ({' '.join(effective)})")
-        failed = run_inprocess([f"experiment={name}", *effective], out / "runs").failed
-    runs = collect_runs(out / "runs", spec)
-    published = pd.read_csv(published_dir() / spec["published"])
-    comparison = compare(runs, published, spec)
-    results.atomic_write(out / "comparison.csv", comparison.to_csv(index=False, float_format="%.4f"))
-    results.atomic_write(out / "comparison.md", f"# {name}: ours vs published\n\n" + markdown(
-        comparison.round(4).astype(object).where(comparison.notna(), "")))
-    if spec.get("figure"):
-        module, func = spec["figure"].split(":")
-        getattr(importlib.import_module(module), func)(runs, comparison, out)
+        failed = run_inprocess([f"experiment={name}", *effective], root / "runs").failed
+    # the canonical comparison reads the full sweep's runs (whatever part of it has run); a subset reads its own
+    runs = collect_runs(sweep_run_dirs([f"experiment={name}", *(effective if overrides else [])], root / "runs"),
+                        spec)
+    comparison = compare(runs, pd.read_csv(published_dir() / spec["published"]), spec)
+    out = subset_dir(root, overrides) if overrides else root
+    title = spec.get("title", "{name}: ours vs published").format(name=name)
+    write(table(comparison, spec), out, title + (f" (subset: {' '.join(overrides)})" if overrides else ""))
+    draw(spec, runs, comparison, out, name)
     _print(name, comparison)
+    print(f"wrote {out / 'comparison.csv'}" + ("" if not overrides else " (a subset: the comparison of the full "
+                                                                          "experiment is left as it is)"))
     comparison.attrs["failed"] = failed  # run folders whose run raised (their cells are not_run)
+    comparison.attrs["out"] = out
     return comparison
 
 

@@ -61,7 +61,10 @@ def test_multirun_resume_and_report(tmp_path):
 @needs_data("adult")
 def test_reproduce_subset(tmp_path):
     privfair("reproduce", "xu2021_table8_1", "seed=range(2)", "data=adult", cwd=tmp_path)
-    comp = pd.read_csv(tmp_path / "results" / "reproduce" / "xu2021_table8_1" / "comparison.csv")
+    root = tmp_path / "results" / "reproduce" / "xu2021_table8_1"
+    assert not (root / "comparison.csv").exists()  # a subset never replaces the experiment's comparison
+    (subset,) = root.glob("subsets/*/comparison.csv")
+    comp = pd.read_csv(subset)
     assert list(comp.columns)[:12] == ["table", "dataset", "algorithm", "setting", "metric", "published_mean",
                                        "published_std", "ours_mean", "ours_std", "deviation", "tolerance", "verdict"]
     adult = comp[(comp.dataset == "Adult") & (comp.algorithm == "lr")]

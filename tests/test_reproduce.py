@@ -1,11 +1,14 @@
 """The published-number comparison: cell matching, the tolerance rule, verdicts; CPU fallbacks."""
 
 import math
+from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
 from privfair_cli import reproduce
+from tests.conftest import needs_data
 
 PUBLISHED = pd.DataFrame([
     ["s", "T", "Adult", "lr", "eps=inf;runs=10", "accuracy", 0.80, 0.01, ""],
@@ -54,3 +57,133 @@ def test_without_cuda(monkeypatch):
 
 def test_parse_setting():
     assert reproduce.parse_setting("eps=1;eps_f=0.5;runs=10") == {"eps": "1", "eps_f": "0.5", "runs": "10"}
+
+
+# ------------------------------------------------------------------------------------------ derived cells, variants
+TABLE3_PUB = pd.DataFrame([
+    ["s", "T3", "adult", "greedy", "eps=1", "tvd_pct", 100.0, float("nan"), ""],
+    ["s", "T3", "adult", "greedy", "eps=1", "dp_pct", 80.0, float("nan"), ""],
+    ["s", "T3", "compas", "greedy", "eps=1", "dp_pct", 90.0, float("nan"), ""],
+], columns=PUBLISHED.columns)
+RATIO_SPEC = {
+    "table": "T3", "datasets": {"adult": "adult", "compas": "compas"}, "metrics": {"tvd_pct": "tvd", "dp_pct": "dp"},
+    "algorithms": {"greedy": "greedy"}, "settings": {"eps": "eps"}, "floors": {"tvd_pct": 5, "dp_pct": 25},
+    "reasons": {"*": "why"}, "cell": {"_target_": "privfair_cli.reproduce.ratio", "denominator": "mst", "scale": 100},
+    "metrics_by_dataset": {"compas": {"dp_pct": "dp_race"}}, "key_notes": {"*_race": "audit=race"},
+    "variants": [{"keys": {"dp_race": "dp"}, "label": "{metric} [{key}, sensitive=Sex]", "reason": "on Sex"}],
+    "columns": {"our_metric": "key", "reading": {"dp": "a gap on Sex"}}}
+
+
+def gen_runs(algo, data, **metrics):
+    n = len(next(iter(metrics.values())))
+    return pd.DataFrame({"algo": algo, "data": data, "eps": 1.0, "seed": range(n), "cfg.eps": 1.0} | metrics)
+
+
+def test_ratio_cells_with_per_dataset_keys_notes_and_variants():
+    runs = pd.concat([gen_runs("greedy", "adult", tvd=[0.02, 0.04], dp=[0.0, 0.0]),
+                      gen_runs("mst", "adult", tvd=[0.03, 0.03], dp=[0.0, 0.0]),
+                      gen_runs("greedy", "compas", dp=[0.1, 0.3], dp_race=[0.2, 0.2]),
+                      gen_runs("mst", "compas", dp=[0.2, 0.2], dp_race=[0.25, 0.25])])
+    out = reproduce.compare(runs, TABLE3_PUB, RATIO_SPEC)
+    assert list(out["metric"]) == ["tvd_pct", "dp_pct", "dp_pct", "dp_pct [dp, sensitive=Sex]"]
+    tvd, dp_adult, dp_race, dp_sex = (r for _, r in out.iterrows())
+    assert tvd.ours_mean == pytest.approx(100.0) and tvd.verdict == "match" and tvd.reason == ""
+    assert tvd.setting == "eps=1;runs=2" and tvd.tolerance == 5 and math.isnan(tvd.ours_std)
+    assert math.isnan(dp_adult.ours_mean) and dp_adult.verdict == "deviates"  # 0 / 0
+    assert dp_adult.reason == "ratio undefined: both means are 0"
+    assert dp_race.our_metric == "dp_race" and dp_race.ours_mean == pytest.approx(80.0)
+    assert dp_race.verdict == "match" and dp_race.setting == "eps=1;audit=race;runs=2" and dp_race.reason == ""
+    assert dp_sex.our_metric == "dp" and dp_sex.ours_mean == pytest.approx(100.0) and dp_sex.reason == "on Sex"
+    assert dp_sex.setting == "eps=1;runs=2"
+    written = reproduce.table(out, RATIO_SPEC)
+    assert list(written.columns) == reproduce.COLUMNS + ["our_metric", "reading"]
+    assert list(written["reading"]) == ["", "a gap on Sex", "", "a gap on Sex"]
+
+
+def test_cells_without_runs_are_not_run():
+    out = reproduce.compare(pd.DataFrame(), TABLE3_PUB, RATIO_SPEC)
+    assert set(out["verdict"]) == {"not_run"} and out["ours_mean"].isna().all()
+
+
+def test_every_experiment_config_is_valid():
+    """Each experiment's `reproduce:` block has only known keys, and its `cell` / `figure` targets import."""
+    from privfair_cli.config import group_options
+
+    for name in group_options("experiment"):
+        spec = reproduce.experiment_spec(name)
+        if spec.get("cell"):
+            assert callable(reproduce._cell_function(spec))
+        figures = spec.get("figure") or []
+        for fig in figures if isinstance(figures, list) else [figures]:
+            assert callable(reproduce._target(fig, "figure")), name
+        for variant in spec.get("variants") or []:
+            assert set(variant) <= {"keys", "label", "reason"}, name
+
+
+def test_unknown_reproduce_key_and_old_style_figure_fail_in_one_line(tmp_path, monkeypatch):
+    from privfair_cli.errors import ConfigError
+
+    (tmp_path / "experiment").mkdir()
+    (tmp_path / "experiment" / "x.yaml").write_text(
+        "reproduce: {published: p.csv, table: T, datasets: {}, metrics: {}, audit: {compas: race}}\n")
+    monkeypatch.setenv("PRIVFAIR_CONFIG_DIR", str(tmp_path))
+    with pytest.raises(ConfigError, match="reproduce.audit is not a key of reproduce"):
+        reproduce.experiment_spec("x")
+    with pytest.raises(ConfigError, match="_target_"):
+        reproduce._target("privfair_cli.algorithms.prefair:plot_fig7", "figure")
+
+
+def test_subset_dir_is_readable_and_distinct(tmp_path):
+    a = reproduce.subset_dir(tmp_path, ["seed=range(1)", "algo=lr,privlr", "data=german"])
+    b = reproduce.subset_dir(tmp_path, ["seed=range(2)", "algo=lr,privlr", "data=german"])
+    assert a.parent == tmp_path / "subsets" and a != b
+    assert a.name.startswith("seed=range(1)_algo=lr,privlr_data=german-")
+
+
+# ------------------------------------------------------------------------------------------ subsets (issue 11.8)
+@needs_data("adult")
+def test_a_subset_never_touches_the_canonical_comparison(tmp_path, monkeypatch):
+    """A run with overrides writes under subsets/; the full comparison reads only the full sweep's run folders,
+    so a run with another hyperparameter (algo.l2=5) never enters it, while a run of the sweep itself does."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PRIVFAIR_PROGRESS", "off")
+    root = tmp_path / "results" / "reproduce" / "xu2021_table8_1"
+    root.mkdir(parents=True)
+    (root / "comparison.csv").write_text("committed\n")
+    other = reproduce.reproduce("xu2021_table8_1", ["seed=range(1)", "algo=lr", "data=adult", "algo.l2=5"])
+    assert (root / "comparison.csv").read_text() == "committed\n"
+    assert other.attrs["out"].parent == Path("results/reproduce/xu2021_table8_1/subsets")
+    lr = other[(other.algorithm == "lr") & (other.dataset == "Adult")]
+    assert (lr.verdict != "not_run").all()  # the subset compares its own run
+    full = reproduce.reproduce("xu2021_table8_1", [], run=False)
+    assert (full["verdict"] == "not_run").all()  # the algo.l2=5 run is not part of the experiment
+    reproduce.reproduce("xu2021_table8_1", ["seed=range(1)", "algo=lr", "data=adult"])
+    full = reproduce.reproduce("xu2021_table8_1", [], run=False)
+    assert (full[(full.algorithm == "lr") & (full.dataset == "Adult")].verdict != "not_run").all()
+    assert "table,dataset" in (root / "comparison.csv").read_text()
+
+
+# ------------------------------------------------------------------------------------------ figure kinds
+def test_figure_kinds_write_their_files(tmp_path):
+    from privfair_cli import plots
+
+    pub = PUBLISHED.iloc[:3]
+    df = pd.concat([runs("lr", 1.0, [0.80, 0.81]), runs("privlr", 1.0, [0.6, 0.7]), runs("privlr", 10.0, [0.7, 0.74])])
+    comparison = reproduce.compare(df, pub, SPEC)
+    run_dir = tmp_path / "run" / "artifacts"
+    run_dir.mkdir(parents=True)
+    pd.DataFrame({"epoch": [1, 2, 1, 2], "group": ["s0", "s0", "s1", "s1"], "avg_loss": [1.0, 0.5, 1.2, 0.6],
+                  "avg_grad_norm": [2.0, 1.0, 2.5, 1.5]}).to_csv(run_dir / "curves.csv", index=False)
+    df["run_dir"] = str(tmp_path / "run")
+    plots.ours_vs_published(df, comparison, tmp_path, name="t", file="a.png")
+    plots.bars_vs_published(df, comparison, tmp_path, name="t", x="eps", metrics={"accuracy": "acc"},
+                            log=["accuracy"], file="b.png")
+    plots.metric_vs(df, comparison, tmp_path, name="t", x="eps", metrics=["accuracy"],
+                    reference={"accuracy": {"y": 0.75, "label": "target"}}, file="c.png")
+    plots.run_curves(df, comparison, tmp_path, name="t", columns={"avg_loss": "loss", "avg_grad_norm": "norm"},
+                     groups=["s1"], file="d.png")
+    plots.curves(pd.read_csv(run_dir / "curves.csv"), tmp_path / "e.png", title="curves")
+    adj = np.array([[0, 1, 0], [1, 0, 1], [0, 0, 0]])
+    plots.graph(adj, ["a", "b", "c"], tmp_path / "f.png", true=np.array([[0, 1, 1], [0, 0, 0], [0, 0, 0]]))
+    for name in "abcdef":
+        assert (tmp_path / f"{name}.png").stat().st_size > 5_000, name

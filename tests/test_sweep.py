@@ -273,14 +273,14 @@ def test_rich_progress_bar_renders(capsys):
 
 @needs_data("german_credit")
 def test_report_plot_draws_mean_and_band_per_algorithm(tmp_path, monkeypatch):
-    from privfair_cli import report
+    from privfair_cli import plots, report
 
     monkeypatch.chdir(tmp_path)
     sweep.run_inprocess(["algo=lr,privlr", "data=german", "eps=0.1,1,10,100", "seed=0,1"], tmp_path / "sw",
                         log=lambda _: None)
     summary = report.report(tmp_path / "sw", plot="eps")
     assert (tmp_path / "sw" / "tradeoff_eps.png").stat().st_size > 10_000
-    fig = report.plot_tradeoff(summary, "eps", ["accuracy", "risk_difference"], tmp_path / "again.png")
+    fig = plots.tradeoff(summary, "eps", ["accuracy", "risk_difference"], tmp_path / "again.png")
     ax = fig.axes[0]
     assert ax.get_xscale() == "log" and ax.get_ylabel() == "accuracy"
     lines = {line.get_label(): line for line in ax.get_lines()}
@@ -289,6 +289,6 @@ def test_report_plot_draws_mean_and_band_per_algorithm(tmp_path, monkeypatch):
     assert list(lines["privlr"].get_ydata()) == pytest.approx(list(privlr["accuracy_mean"]))
     assert len(ax.collections) == 2  # one ± std band per algorithm
     with pytest.raises(PrivfairError, match="not a numeric swept key"):
-        report.plot_tradeoff(summary, "algo", ["accuracy"], tmp_path / "x.png")
+        plots.tradeoff(summary, "algo", ["accuracy"], tmp_path / "x.png")
     assert isinstance(pd.read_csv(tmp_path / "sw" / "summary.csv"), pd.DataFrame)
 

@@ -1,0 +1,272 @@
+"""Every figure privfair draws: one matplotlib helper (`figure`), the figure kinds an experiment config selects
+for `privfair reproduce`, the trade-off plot of `privfair report --plot`, and the per-run artifact plots.
+
+Figure kinds of an experiment (`reproduce.figure` in `configs/experiment/<name>.yaml`, one mapping or a list):
+
+    figure: {_target_: privfair_cli.plots.ours_vs_published, file: figure.png, metrics: [TPR, FPR, TDR]}
+
+Each kind is called as `kind(runs, comparison, out_dir, name=<experiment>, **params)` after the comparison is
+built; `runs` holds one row per run (with `cfg.<path>` columns for the `settings` paths), `comparison` the cells
+(with `our_metric`, the metric key behind each cell). The kinds:
+
+- `ours_vs_published`: per published metric, ours against published (mean ± std), one colour per algorithm, the
+  diagonal dashed. Params: `metrics` (default: every metric of the comparison), `file`.
+- `bars_vs_published`: per published metric, bars of ours per value of the setting `x` and per algorithm, the
+  published value as a black tick. Params: `x` (a setting key, e.g. eps), `metrics` ({published metric: panel
+  title}), `log` (metrics drawn on a log scale), `title`, `file`.
+- `metric_vs`: metrics (rows) against a run column `x` (e.g. `cfg.algo.eps_f_ratio`), mean ± std band over the
+  runs per algorithm, one column per dataset; `reference` ({metric: {y, label}}) adds horizontal lines.
+- `run_curves`: per dataset, per-epoch columns of a per-run artifact (e.g. DP-SGD's `curves.csv`) for the first
+  seed of every algorithm. Params: `artifact`, `x`, `columns` ({column: title}), `groups` (the groups to draw
+  when present, e.g. MNIST's compared classes), `file`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from privfair_cli.errors import PrivfairError
+
+DPI = 110
+PANEL = (4.2, 3.2)  # inches per panel (width, height)
+
+
+def pyplot():
+    """matplotlib.pyplot on the non-interactive Agg backend (runs have no display)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+@contextlib.contextmanager
+def figure(path: Path, rows: int = 1, cols: int = 1, panel: tuple[float, float] = PANEL, title: str = "",
+           dpi: int = DPI, legend_below: bool = False, tight: bool = True, **subplots):
+    """A figure with a rows x cols grid of axes (always 2-D), saved to `path` and closed on leaving the block.
+    `legend_below`: one legend under the panels, from the first panel's labels. `tight=False` keeps the axes'
+    own limits and crops the saved image to its content (e.g. a graph drawing)."""
+    plt = pyplot()
+    fig, axes = plt.subplots(rows, cols, figsize=(panel[0] * cols, panel[1] * rows), squeeze=False, **subplots)
+    try:
+        yield fig, axes
+        bottom = 0.0
+        if legend_below:
+            handles, labels = axes[0, 0].get_legend_handles_labels()
+            fig.legend(handles, labels, loc="lower center", ncol=min(4, len(labels)), fontsize=8, frameon=False)
+            bottom = 0.04 + 0.03 * ((len(labels) - 1) // 4)
+        if title:
+            fig.suptitle(title, fontsize=10)
+        if tight:
+            fig.tight_layout(rect=(0, bottom, 1, 1))
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(path, dpi=dpi, bbox_inches=None if tight else "tight")
+    finally:
+        plt.close(fig)
+
+
+# ---------------------------------------------------------------------------------------------- report
+def tradeoff(summary: pd.DataFrame, x: str, metrics: list[str], path: Path, reference: dict | None = None,
+             title: str = ""):
+    """Each metric (rows) against `x` per dataset (columns) from a summary (`results.summarise`): mean line and
+    ± std band per algorithm and value of the other swept keys. A line measured at a single x (a non-private
+    baseline run at one eps) is drawn dashed across the panel. `reference`: {metric: {y, label}} lines; `title`
+    goes before the run count. Returns the figure after saving it."""
+    keys = [c for c in summary.columns if not c.endswith(("_mean", "_std")) and c != "runs"]
+    if x not in keys or not pd.api.types.is_numeric_dtype(summary[x]):
+        allowed = [k for k in keys if pd.api.types.is_numeric_dtype(summary[k])]
+        raise PrivfairError(f"--plot {x}: not a numeric swept key of these runs; allowed: {', '.join(allowed)}")
+    datasets = sorted(summary["data"].unique())
+    series = ["algo"] + [k for k in keys if k not in (x, "data", "algo") and summary[k].nunique(dropna=False) > 1]
+    xs = summary[x].astype(float)
+    log_x = bool((xs > 0).all() and xs.max() / xs.min() >= 100)
+    ident = summary[series].astype(str).agg(" | ".join, axis=1)  # one line per algorithm and other swept values
+    colours = {name: f"C{i % 10}" for i, name in enumerate(sorted(ident.unique()))}
+    lo, hi = int(summary["runs"].min()), int(summary["runs"].max())
+    with figure(path, len(metrics), len(datasets), panel=(4.2, 2.9), dpi=130, legend_below=True, sharex=True,
+                title=f"{title}mean ± std over seeds ({lo if lo == hi else f'{lo}-{hi}'} runs a point)") as (fig, axes):
+        for j, dataset in enumerate(datasets):
+            sub = summary[summary["data"] == dataset]
+            for name, line in sub.groupby(ident[sub.index], sort=True):
+                _draw_line(axes[:, j], line.sort_values(x), x, metrics, series, colours[name])
+        for i, metric in enumerate(metrics):
+            for j, dataset in enumerate(datasets):
+                ax = axes[i, j]
+                ax.grid(alpha=0.3)
+                if log_x:
+                    ax.set_xscale("log")
+                if i == 0:
+                    ax.set_title(str(dataset))
+                if i == len(metrics) - 1:
+                    ax.set_xlabel(x.removeprefix("cfg."))
+                if j == 0:
+                    ax.set_ylabel(metric.replace("_", " "))
+                if metric in (reference or {}):
+                    line = reference[metric]
+                    ax.axhline(float(line["y"]), color="grey", ls="--", lw=1, label=line.get("label"))
+                    ax.legend(fontsize=7)
+    return fig
+
+
+def _draw_line(column, line: pd.DataFrame, x: str, metrics: list[str], series: list[str], colour: str) -> None:
+    first = line.iloc[0]
+    label = str(first["algo"]) + "".join(f", {k}={first[k]}" for k in series if k != "algo")
+    for ax, metric in zip(column, metrics, strict=True):
+        mean, std = line[f"{metric}_mean"].to_numpy(float), line[f"{metric}_std"].fillna(0).to_numpy(float)
+        if len(line) == 1:
+            ax.axhline(mean[0], color=colour, ls="--", lw=1.2, label=f"{label} (one {x})")
+            ax.axhspan(mean[0] - std[0], mean[0] + std[0], color=colour, alpha=0.12, lw=0)
+        else:
+            ax.plot(line[x], mean, marker="o", ms=3, color=colour, label=label)
+            ax.fill_between(line[x], mean - std, mean + std, color=colour, alpha=0.18, lw=0)
+
+
+# ---------------------------------------------------------------------------------------------- reproduce
+def ours_vs_published(runs, comparison: pd.DataFrame, out_dir: Path, name: str, metrics: list[str] | None = None,
+                      file: str = "figure.png") -> None:
+    """Ours against published per metric (mean ± std over runs), the diagonal dashed."""
+    shown = [m for m in (metrics or list(dict.fromkeys(comparison["metric"]))) if (comparison["metric"] == m).any()]
+    if not shown:
+        return
+    with figure(Path(out_dir) / file, 1, len(shown), panel=(4.2, 4),
+                title=f"{name}: ours vs published (mean ± std over runs)") as (_, axes):
+        for ax, metric in zip(axes[0], shown, strict=True):
+            cells = comparison[comparison["metric"] == metric]
+            for algo, grp in cells.groupby("algorithm"):
+                ax.errorbar(grp["published_mean"], grp["ours_mean"], xerr=grp["published_std"].fillna(0),
+                            yerr=grp["ours_std"].fillna(0), fmt="o", capsize=2, label=algo, alpha=0.8)
+            lims = [0, max(1.0, float(np.nanmax(cells[["published_mean", "ours_mean"]].to_numpy())) * 1.05)]
+            ax.plot(lims, lims, color="grey", lw=0.8, ls="--")
+            ax.set_xlim(lims)
+            ax.set_ylim(lims)
+            ax.set_xlabel(f"published {metric}")
+            ax.set_ylabel(f"ours ({cells['our_metric'].iloc[0]})")
+            ax.legend(fontsize=7)
+
+
+def _setting(setting: str, key: str) -> str | None:
+    for part in str(setting).split(";"):
+        k, _, v = part.partition("=")
+        if k.strip() == key:
+            return v.strip()
+    return None
+
+
+def bars_vs_published(runs, comparison: pd.DataFrame, out_dir: Path, name: str, x: str, metrics: dict[str, str],
+                      log: list[str] | None = None, title: str = "", file: str = "figure.png") -> None:
+    """Per metric, bars of ours (mean over runs) per value of setting `x` and per algorithm; published values as
+    black ticks."""
+    cells = comparison.assign(_x=[_setting(s, x) for s in comparison["setting"]]).dropna(subset=["_x"])
+    xs = sorted(cells["_x"].unique(), key=float)
+    algos = list(dict.fromkeys(cells["algorithm"]))
+    width = 0.8 / max(len(algos), 1)
+    with figure(Path(out_dir) / file, 1, len(metrics), panel=(4, 3.6), title=title or f"{name}: ours (bars) vs "
+                "published (black ticks)") as (_, axes):
+        for ax, (metric, panel_title) in zip(axes[0], metrics.items(), strict=True):
+            for k, algo in enumerate(algos):
+                sel = cells[(cells["algorithm"] == algo) & (cells["metric"] == metric)].set_index("_x")
+                pos = np.arange(len(xs)) + (k - (len(algos) - 1) / 2) * width
+                ax.bar(pos, [sel["ours_mean"].get(v, np.nan) for v in xs], width, label=algo, color=f"C{k}")
+                ax.scatter(pos, [sel["published_mean"].get(v, np.nan) for v in xs], color="black", marker="_",
+                           s=200, zorder=3)
+            ax.set_xticks(np.arange(len(xs)), [f"{x}={v}" for v in xs])
+            ax.set_title(panel_title)
+            if metric in (log or []):
+                ax.set_yscale("log")
+        axes[0, 0].legend(fontsize=8)
+
+
+def metric_vs(runs: pd.DataFrame, comparison, out_dir: Path, name: str, x: str, metrics: list[str],
+              reference: dict | None = None, file: str = "figure.png") -> None:
+    """`metrics` against the run column `x`, mean ± std over the runs per algorithm (the trade-off plot)."""
+    if runs.empty:
+        return
+    grouped = runs.groupby(["algo", "data", x], sort=True)
+    summary = grouped[metrics].agg(["mean", "std"])
+    summary.columns = [f"{m}_{stat}" for m, stat in summary.columns]
+    summary.insert(0, "runs", grouped.size())
+    tradeoff(summary.reset_index(), x, metrics, Path(out_dir) / file, reference, title=f"{name}: ")
+
+
+def run_curves(runs: pd.DataFrame, comparison, out_dir: Path, name: str, columns: dict[str, str],
+               artifact: str = "curves.csv", x: str = "epoch", groups: list[str] | None = None,
+               file: str = "curves.png") -> None:
+    """Per dataset (rows) and artifact column (panels), `x` against the column for each group of the first seed
+    of every algorithm (log scale). `groups`: draw only these groups when a run has them all."""
+    if runs.empty:
+        return
+    first = runs.sort_values("seed").groupby(["data", "algo"], sort=True).head(1)
+    datasets = sorted(first["data"].unique())
+    with figure(Path(out_dir) / file, len(datasets), len(columns), panel=(5, 3.2), dpi=100) as (_, axes):
+        for row, dataset in zip(axes, datasets, strict=True):
+            for r in first[first["data"] == dataset].itertuples(index=False):
+                path = _artifact(Path(r.run_dir), artifact)
+                if path is None:
+                    continue
+                df = pd.read_csv(path)
+                present = set(df["group"])
+                for g in groups if groups and set(groups) <= present else sorted(present):
+                    sub = df[df["group"] == g]
+                    for ax, col in zip(row, columns, strict=True):
+                        ax.plot(sub[x], sub[col], label=f"{r.algo} {g}")
+            for ax, title in zip(row, columns.values(), strict=True):
+                ax.set_title(f"{dataset}: {title}", fontsize=9)
+                ax.set_xlabel(x)
+                ax.set_yscale("log")
+            row[0].legend(fontsize=6, ncol=2)
+
+
+def _artifact(run_dir: Path, name: str) -> Path | None:
+    """A run's artifact file: in its `artifacts/` folder, or (older runs) in the run folder itself."""
+    for path in (run_dir / "artifacts" / name, run_dir / name):
+        if path.is_file():
+            return path
+    return None
+
+
+# ---------------------------------------------------------------------------------------------- run artifacts
+def curves(df: pd.DataFrame, path: Path, title: str = "") -> None:
+    """Per-group average loss and gradient norm (and clipping bound, when adaptive) per epoch (thesis Figures
+    9.1 / 9.2 / 9.4 style)."""
+    cols = ["avg_loss", "avg_grad_norm"] + (["avg_clip_bound"] if "avg_clip_bound" in df else [])
+    with figure(path, 1, len(cols), title=title) as (_, axes):
+        for ax, col in zip(axes[0], cols, strict=True):
+            for group, g in df.groupby("group", sort=False):
+                ax.plot(g["epoch"], g[col], label=str(group))
+            ax.set_xlabel("epoch")
+            ax.set_ylabel(col.replace("_", " "))
+        axes[0, 0].legend(fontsize=7)
+
+
+def graph(A: np.ndarray, names, path: Path, true=None, title: str = "") -> None:
+    """A CPDAG on a circle: arrows for directed edges, lines for undirected ones; against a reference skeleton,
+    false edges are red and missed true edges dashed grey."""
+    p = len(A)
+    ang = 2 * np.pi * np.arange(p) / p
+    xy = np.column_stack([np.cos(ang), np.sin(ang)])
+    T = None if true is None else (np.asarray(true) != 0) | (np.asarray(true) != 0).T
+    with figure(path, panel=(6, 6), tight=False) as (_, axes):
+        ax = axes[0, 0]
+        for i, j in zip(*np.nonzero(A), strict=True):
+            if A[j, i] and i > j:
+                continue
+            colour = "black" if T is None or T[i, j] else "red"
+            style = "-" if A[j, i] else "-|>"
+            ax.annotate("", xy=xy[j], xytext=xy[i], arrowprops={"arrowstyle": style, "color": colour,
+                                                                "shrinkA": 14, "shrinkB": 14, "lw": 1.4})
+        if T is not None:
+            for i, j in zip(*np.nonzero(np.triu(T & ~((A != 0) | (A != 0).T), 1)), strict=True):
+                ax.plot(*xy[[i, j]].T, ls="--", color="grey", lw=0.8)
+        for (u, v), label in zip(xy, names, strict=True):
+            ax.text(u, v, label, ha="center", va="center", fontsize=8,
+                    bbox={"boxstyle": "circle", "fc": "white", "ec": "black"})
+        ax.set_xlim(-1.25, 1.25)
+        ax.set_ylim(-1.25, 1.25)
+        ax.set_aspect("equal")
+        ax.axis("off")
+        ax.set_title(title, fontsize=9)
