@@ -115,6 +115,9 @@ def _print_record(record: dict, run_dir: Path) -> None:
     fmt = ["nan" if m[k] is None else f"{m[k]:.4f}" for k in keys]
     table.add_row(*fmt, f"{record['privacy']['eps_spent']:.4g}", f"{record['timings']['total']:.2f}")
     Console().print(table)
+    print(f"guarantee: {record['guarantee']} (noise: {record['privacy'].get('noise', 'seeded')})")
+    for warning in record["warnings"]:
+        print(f"warning: {warning}")
     print(f"results: {run_dir}")
 
 

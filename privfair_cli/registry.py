@@ -61,6 +61,14 @@ class Plugin:
         """The guarantee this configured instance gives (one of GUARANTEES)."""
         return self.guarantee if self.private else "none"
 
+    def warn(self, message: str) -> None:
+        """Record a premise that failed for this run (of the guarantee or of the metrics): the runner writes each
+        message to the result's `warnings` and `privfair run` prints it."""
+        self.__dict__.setdefault("_warnings", []).append(str(message))
+
+    def warnings(self) -> list[str]:
+        return list(self.__dict__.get("_warnings", []))
+
     def fit(self, data, budget, ledger, rng: np.random.Generator, device: str = "cpu") -> Plugin:
         raise NotImplementedError
 

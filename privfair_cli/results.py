@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pandas as pd
 
-METRICS_KEYS = ("algo", "data", "eps", "delta", "seed", "metrics", "privacy", "timings", "env")
+METRICS_KEYS = ("algo", "data", "eps", "delta", "seed", "metrics", "privacy", "guarantee", "warnings", "timings",
+                "env")
 
 
 def atomic_write(path: Path, text: str) -> None:

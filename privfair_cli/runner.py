@@ -124,7 +124,9 @@ def run(cfg: DictConfig, run_dir: Path, log=print) -> dict:
         "delta": rc.delta,
         "seed": rc.seed,
         "metrics": {k: float(v) for k, v in metrics.items()},
-        "privacy": ledger.to_dict() | {"private": cls.private},
+        "privacy": ledger.to_dict() | {"private": cls.private, "noise": "seeded"},
+        "guarantee": plugin.claims(),
+        "warnings": plugin.warnings(),
         "timings": timings,
         "env": environment(device) | {"argv": " ".join(sys.argv[1:])},
     }

@@ -2,6 +2,7 @@
 
 import math
 
+import dp_accounting
 import numpy as np
 import pytest
 from scipy import stats
@@ -113,7 +114,6 @@ def test_cdp_conversions_are_consistent():
 
 
 def test_rdp_conversion_matches_dp_accounting():
-    dp_accounting = pytest.importorskip("dp_accounting")
     orders = np.arange(2, 129)
     sigma = 2.0
     acc = dp_accounting.rdp.RdpAccountant(orders=list(orders.astype(float)))
@@ -130,3 +130,39 @@ def test_unknown_accountant_and_missing_delta():
         PrivacyLedger(Budget(1.0), accountant="advanced")
     with pytest.raises(ConfigError):
         PrivacyLedger(Budget(1.0, 0.0), accountant="zcdp")
+
+
+# ------------------------------------------------------------------------------ guarantee, warnings, noise fields
+def run_cli(tmp_path, monkeypatch, *overrides):
+    """One in-process `privfair run` into tmp_path/out; (exit code, metrics.json or None)."""
+    import json
+
+    from privfair_cli.main import main
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PRIVFAIR_PROGRESS", "off")
+    code = main(["run", *overrides, "hydra.run.dir=out"])
+    path = tmp_path / "out" / "metrics.json"
+    return code, (json.loads(path.read_text()) if path.is_file() else None)
+
+
+def test_result_states_guarantee_noise_and_warnings(tmp_path, monkeypatch):
+    # no capsys here: an in-process Hydra run reconfigures logging, and absl's handler (imported with
+    # dp_accounting) then closes the stream it captured when capsys has replaced sys.stderr
+    code, rec = run_cli(tmp_path, monkeypatch, "algo=privpc", "data=synthetic_categorical", "data.n=300")
+    assert code == 0
+    assert rec["guarantee"] in ("eps-DP", "heuristic")
+    assert rec["privacy"]["noise"] == "seeded"
+    assert isinstance(rec["warnings"], list)
+
+
+def test_run_prints_guarantee_and_warnings(capsys, tmp_path):
+    from privfair_cli.main import _print_record
+
+    rec = {"algo": "lr", "data": "toy", "eps": 1.0, "seed": 0, "metrics": {"accuracy": 0.5},
+           "privacy": {"eps_spent": 1.0, "noise": "seeded"}, "guarantee": "heuristic",
+           "warnings": ["first premise failed", "second premise failed"], "timings": {"total": 0.1}}
+    _print_record(rec, tmp_path)
+    out = capsys.readouterr().out
+    assert "guarantee: heuristic (noise: seeded)" in out
+    assert "warning: first premise failed\nwarning: second premise failed" in out

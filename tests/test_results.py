@@ -13,7 +13,8 @@ from privfair_cli.errors import ConfigError
 def record(seed, acc):
     return {"algo": "lr", "data": "toy", "eps": 1.0, "delta": 0.0, "seed": seed,
             "metrics": {"accuracy": acc, "risk_difference": float("nan")},
-            "privacy": {"eps_spent": 0.0, "delta_spent": 0.0, "ledger": []}, "timings": {"total": 0.1},
+            "privacy": {"eps_spent": 0.0, "delta_spent": 0.0, "ledger": []}, "guarantee": "none", "warnings": [],
+            "timings": {"total": 0.1},
             "env": {"device": "cpu"}}
 
 
