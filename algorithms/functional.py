@@ -19,18 +19,27 @@ Algorithms (CLI keys; specs `pflr.md`, `pdfc.md`):
   involve the attribute x_s and eps_n on the rest (pdfc.md §2.4).
 - `adfc`     - Ding et al. Algorithm 3: as `pdfc` with Gaussian noise (pdfc.md §2.5).
 
-Shared pieces, written once: `Polynomial` (linear vector b, quadratic matrix M, packing of the d + d^2
-coefficients), the coefficient builders (`lr_polynomial`, `fair_linear`, `covariance_vector`), the
-sensitivities, `perturb` (independent noise per coefficient at per-coefficient scales) and `minimise`
-(the noisy-quadratic solver of pflr.md §1.5). Every release is recorded in the run's ledger before its noise
-is drawn; sensitivities come from d and the declared [0, 1] feature bounds, never from the data.
+Each plugin's hyperparameters are a typed `Config` (defaults and a comment per key in configs/algo/<name>.yaml);
+every value that enters a sensitivity or a noise scale (alpha, eps_f, eps_f_ratio, eps_ratio, add_intercept) is
+range-checked before any data is read. Shared pieces, written once: `Polynomial` (linear vector b, quadratic
+matrix M, packing of the d + d^2 coefficients), the coefficient builders (`lr_polynomial`, `fair_linear`,
+`covariance_vector`), the sensitivities, `FunctionalMechanism.noisy` (one release of every coefficient through
+`privacy.mechanisms`: `laplace` at one scale, `heterogeneous` at per-coefficient scales) and `minimise` (the
+noisy-quadratic solver of pflr.md §1.5). Every release is recorded in the run's ledger before its noise is
+drawn; sensitivities come from d and the [0, 1] feature bounds, never from the data.
+
+Feature bounds (pflr.md §0, §1.4; pdfc.md §1.3): every sensitivity assumes 0 <= x_l <= 1. Card-encoded datasets
+satisfy it by construction (declared bounds); features outside it (e.g. `data=synthetic_gaussian`) are clipped
+into [0, 1] row by row before anything is computed (a per-row map, so the guarantee holds for any input) and a
+warning says so on the console. eps = inf is the noise-free limit: every scale is 0 and the ledger records inf.
 
 Deviations and choices (each a config key where the spec asks for one):
 
 1. Boundedness of the noisy objective (pflr.md A1, pdfc.md B8; not in either paper): `post_processing`
    trim (default) | ridge | ridge+trim | none, with `reg_kappa` (default 0); lambda_reg = reg_kappa times the
    noise std of one quadratic coefficient (sqrt(2) Delta/eps for Laplace, sigma for Gaussian). Recorded in every
-   run's metrics (`fm_trim`, `fm_ridge`, `fm_reg_kappa`, `fm_lambda_reg`, `fm_kept_eigenvalues`).
+   run's metrics (`fm_trim`, `fm_ridge`, `fm_reg_kappa`, `fm_lambda_reg`, `fm_kept_eigenvalues`). Eigenvalues
+   below EIG_TOL times the largest |eigenvalue| are trimmed (pflr.md §1.5 step 4).
 2. Algorithm 5 line 7 builds the objective from the un-noised lambda_1 (A2): we use the noisy b_bar.
 3. PFLR's fairness coefficient (A3), `fair_coef: abs_elementwise` (default) | `signed`. Eq. 8.2 penalises
    |sum_i (s_i - s_bar) x_i^T w|, which is not a polynomial. PFLR's own section then states the coefficient
@@ -54,38 +63,124 @@ Deviations and choices (each a config key where the spec asks for one):
    The sum is the text's reading: Algorithm 6 line 2 and Eq. 8.5 (Delta_g = 2d is the sensitivity of the
    sum, not of a mean), and f_D is itself a sum over rows (Eq. 3.9), so sum-vs-sum with alpha = 1 is the weight
    Eq. 8.1 states; `mean` amounts to alpha = 1/n and is kept only as a named option. `alpha` scales the
-   released mu (post-processing, no privacy cost). `eps_f` (absolute) or `eps_f_ratio` (default 0.5, Table
-   8.1) split the budget.
-7. PDFC/ADFC split (B1, not in the paper): `eps_ratio = eps_s/eps_n` (default 0.1) with the paper's
-   accounting eps = eps_s/d + (d-1) eps_n/d; ADFC's delta_s = delta_n = 1 - sqrt(1 - delta). The ledger records
-   the larger of the paper's figure and the exact bound of pdfc.md §2.4/§2.5 (eps_exact for Laplace; the exact
-   Gaussian privacy profile at the reported eps for ADFC), so a split whose paper figure understates the loss
-   (eps_ratio > 1, B3) cannot pass the budget. Theorem 5's `/2` is read as `/d` (B2).
-8. Extended Gaussian sigma with A = ln(sqrt(2/pi)/delta) (B4). `calibration: classic | analytic` use the core's
-   calibrations instead (mechanism config `gaussian` sets it too).
+   released mu (post-processing, no privacy cost). `eps_f` (absolute, must be < eps) or `eps_f_ratio`
+   (default 0.5, Table 8.1; in (0, 1)) split the budget.
+7. PDFC/ADFC split (B1, not in the paper): `eps_ratio = eps_s/eps_n` in (0, 1] (default 0.1) with the paper's
+   accounting eps = eps_s/d + (d-1) eps_n/d; ADFC's delta_s = delta_n = 1 - sqrt(1 - delta). The noise goes
+   through `privacy.mechanisms.heterogeneous`, which records the larger of the paper's figure and the exact
+   bound of pdfc.md §2.4/§2.5 (eps_exact for Laplace; the exact Gaussian privacy profile at the reported eps for
+   ADFC). eps_ratio > 1 is refused (B3: the paper's figure then understates the loss, and the exact loss always
+   exceeds eps, so such a run could never fit its budget); B3's `allow_unsafe_split` is not offered. Theorem
+   5's `/2` is read as `/d` (B2).
+8. Gaussian calibration (`relaxed_fm`, `adfc`): `calibration: extended` (default; Ding Theorem 2 with
+   A = ln(sqrt(2/pi)/delta), B4) | `classic` (Dwork & Roth, eps < 1) | `analytic` (Balle & Wang 2018), the
+   latter two from `privacy.mechanisms`. The calibration is an algorithm key, typed and checked before the run;
+   the `mechanism` group only names the noise family (`mechanism=gaussian` is what these two draw anyway).
 9. `x_s` (`xs_attribute`): a feature name or the prefix of a one-hot block (`race`, `marital-status`); all its
-   columns join Phi_s (B6). `random` draws one attribute with the noise stream, as the paper's text says.
+   columns join Phi_s (B6). `auto` (default) resolves from the dataset card: the first attribute of the card's
+   `roles.protected` that is a feature of the classifier view (the paper's Table 1 takes race, a protected
+   attribute other than z, as x_s: `adult_race` -> race, `adult` -> native-country, `compas` -> Race); a card
+   with none falls back to `random`, one attribute drawn with the noise stream, the rule Algorithm 1's text
+   states (pdfc.md §1.2). The chosen attribute is named in the ledger entry's note.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import ClassVar, Literal
 
 import numpy as np
 from scipy.optimize import minimize
-from scipy.special import expit, log_ndtr
+from scipy.special import expit
 from threadpoolctl import threadpool_limits
 
 from privfair_cli import metrics
 from privfair_cli.algorithms.logistic import fit_logistic
-from privfair_cli.errors import ConfigError
+from privfair_cli.errors import ConfigError, DataError
 from privfair_cli.privacy import mechanisms
 from privfair_cli.registry import Plugin, register
+from privfair_cli.typed import bounds
 
 TAYLOR_LINEAR = 0.5  # f1'(0)/1! of f1(z) = log(1 + e^z)
 TAYLOR_QUADRATIC = 0.125  # f1''(0)/2!
-POST_PROCESSING = ("trim", "ridge", "ridge+trim", "none")
+EIG_TOL = 1e-10  # pflr.md §1.5 step 4: eigenvalues below EIG_TOL * max|e| are numerically zero (one-hot blocks)
+
+
+# ------------------------------------------------------------------------------------------ configs
+FairCoef = Literal["abs_elementwise", "signed"]  # deviation 3
+
+
+def finite(**limits):
+    """A field whose value must be finite and within `limits` (it scales a sensitivity, a noise or a solver)."""
+    return field(metadata=bounds(lt=math.inf, **limits))
+
+
+@dataclass(frozen=True)
+class TaylorConfig:
+    """`lr_taylor` and the keys every FM plugin shares (pflr.md §1.5, A6)."""
+
+    post_processing: Literal["trim", "ridge", "ridge+trim", "none"]
+    reg_kappa: float = finite(ge=0)
+    add_intercept: bool
+
+
+@dataclass(frozen=True)
+class FMConfig(TaylorConfig):
+    """`privlr`: plus the indexing of the released quadratic coefficients (A5)."""
+
+    quad_index: Literal["ordered", "unique"]
+
+
+@dataclass(frozen=True)
+class PFLRConfig(FMConfig):
+    """`pflr`: the reading of the fairness coefficient and its weight alpha (Eq. 8.1; deviation 3)."""
+
+    fair_coef: FairCoef
+    alpha: float = finite(ge=0)
+
+
+@dataclass(frozen=True)
+class PFLRStarConfig(FMConfig):
+    """`pflr_star`: the budget split eps = eps_f + eps_g and the shift's scale alpha (deviation 6)."""
+
+    eps_f: float | None = finite(gt=0)
+    eps_f_ratio: float = field(metadata=bounds(gt=0, lt=1))
+    shift: Literal["literal", "mean"]
+    alpha: float = finite(ge=0)
+
+
+@dataclass(frozen=True)
+class RelaxedFMConfig(FMConfig):
+    """`relaxed_fm` (and `adfc`): the sigma calibration (deviation 8)."""
+
+    calibration: Literal["extended", "classic", "analytic"]
+
+
+@dataclass(frozen=True)
+class PDFCConfig(FMConfig):
+    """`pdfc`: x_s and the split eps_s / eps_n (deviations 7, 9)."""
+
+    xs_attribute: str
+    eps_ratio: float = field(metadata=bounds(gt=0, le=1))
+    fair_coef: FairCoef
+
+
+@dataclass(frozen=True)
+class ADFCConfig(PDFCConfig, RelaxedFMConfig):
+    """`adfc`: the keys of `pdfc` and the sigma calibration of `relaxed_fm`."""
+
+
+@dataclass(frozen=True)
+class FairLRConfig:
+    """`fairlr` (pflr.md §2.3); alpha is the weight of `mode: penalty`."""
+
+    objective: Literal["exact", "taylor"]
+    mode: Literal["constraint", "penalty"]
+    tau: float = finite(ge=0)
+    alpha: float = finite(ge=0)
+    l2: float = finite(ge=0)
+    add_intercept: bool
 
 
 # ------------------------------------------------------------------------------------------ sensitivities
@@ -115,6 +210,11 @@ def delta_2_fair(d: int) -> float:
     return math.sqrt(d * d / 16 + 9 * d)
 
 
+def laplace_std(sensitivity: float, eps: float) -> float:
+    """Standard deviation of Lap(0, sensitivity/eps): the noise of one coefficient (0 at eps = inf)."""
+    return math.sqrt(2) * sensitivity / eps
+
+
 def extended_gaussian_sigma(sensitivity: float, eps: float, delta: float) -> float:
     """Ding et al. Theorem 2: sigma = sqrt(2) Delta / (2 eps) (sqrt(A) + sqrt(A + eps)), A = ln(sqrt(2/pi)/delta)."""
     a = math.log(math.sqrt(2 / math.pi) / delta)
@@ -123,9 +223,15 @@ def extended_gaussian_sigma(sensitivity: float, eps: float, delta: float) -> flo
     return math.sqrt(2) * sensitivity / (2 * eps) * (math.sqrt(a) + math.sqrt(a + eps))
 
 
-def gaussian_exact_delta(r: float, eps: float) -> float:
-    """delta(eps) of a unit-variance Gaussian mechanism with L2 sensitivity r (Balle & Wang 2018, Thm 8)."""
-    return float(np.exp(log_ndtr(r / 2 - eps / r)) - np.exp(eps + log_ndtr(-r / 2 - eps / r)))
+def gaussian_sigma(calibration: str, sensitivity: float, eps: float, delta: float) -> float:
+    """The Gaussian std for (eps, delta) and L2 sensitivity under `calibration` (deviation 8); 0 at eps = inf."""
+    if math.isinf(eps):
+        return 0.0
+    if calibration == "extended":
+        return extended_gaussian_sigma(sensitivity, eps, delta)
+    if calibration == "classic":
+        return mechanisms.gaussian_sigma_classic(sensitivity, eps, delta)
+    return mechanisms.gaussian_sigma_analytic(sensitivity, eps, delta)
 
 
 # ------------------------------------------------------------------------------------------ polynomial
@@ -158,6 +264,14 @@ class Polynomial:
         return cls(v[:d], (upper + upper.T) / 2)
 
 
+def coefficient_sensitivities(d: int, linear: float, quad_index: str = "ordered") -> np.ndarray:
+    """Per packed coefficient, how far replacing one row moves it: twice the per-row bound, `linear` for each
+    linear coefficient (1/2 for the LR polynomial, 1/2 + alpha for the fair one) and 1/8 per ordered quadratic
+    entry (1/4 per unique off-diagonal monomial). Their sum is the L1 sensitivity (delta_f, delta_f_tilde), the
+    root of their sum of squares the L2 one (delta_2, delta_2_fair)."""
+    return 2 * Polynomial(np.full(d, linear), np.full((d, d), TAYLOR_QUADRATIC)).pack(quad_index)
+
+
 def lr_polynomial(X: np.ndarray, y: np.ndarray) -> Polynomial:
     """b = sum_i (1/2 - y_i) x_i, M = (1/8) X^T X (thesis Eqs. 3.10-3.12)."""
     return Polynomial(X.T @ (TAYLOR_LINEAR - y), TAYLOR_QUADRATIC * (X.T @ X))
@@ -172,11 +286,9 @@ def fair_linear(X: np.ndarray, s: np.ndarray, fair_coef: str = "abs_elementwise"
     """The fairness part of PFLR's linear coefficients: `abs_elementwise` sum_i |(s_i - s_bar) x_i|, Algorithm 5
     line 3 as printed (default), or `signed` sum_i (s_i - s_bar) x_i = c, the shift of the Phi_1 coefficients
     that thesis §8.3.2 reads off Eq. 8.2 (see deviation 3)."""
-    if fair_coef == "abs_elementwise":
-        return X.T @ np.abs(s - s.mean())
     if fair_coef == "signed":
         return covariance_vector(X, s)
-    raise ConfigError(f"fair_coef={fair_coef!r} is unknown; allowed: signed, abs_elementwise")
+    return X.T @ np.abs(s - s.mean())
 
 
 def fair_polynomial(X, y, s, fair_coef="abs_elementwise", alpha: float = 1.0) -> Polynomial:
@@ -190,8 +302,8 @@ def attribute_mask(feature_names: list[str], attribute: str, quad_index: str = "
     `attribute` (pdfc.md §1.2). With one column, Phi_s holds 2d of the d + d^2 ordered coefficients."""
     cols = np.array([n == attribute or n.startswith(attribute + "=") for n in feature_names])
     if not cols.any():
-        raise ConfigError(f"algo.xs_attribute={attribute!r} is not a feature of this dataset; allowed: random or "
-                          f"one of {attributes(feature_names)}")
+        raise ConfigError(f"algo.xs_attribute={attribute!r} is not a feature of this dataset; allowed: auto, "
+                          f"random or one of {attributes(feature_names)}")
     return Polynomial(cols.astype(float), (cols[:, None] | cols[None, :]).astype(float)).pack(quad_index) > 0
 
 
@@ -200,22 +312,17 @@ def attributes(feature_names: list[str]) -> list[str]:
     return list(dict.fromkeys(n.split("=", 1)[0] for n in feature_names))
 
 
-# ------------------------------------------------------------------------------------------ mechanism
-def perturb(poly: Polynomial, scale, noise: str, rng: np.random.Generator, quad_index: str = "ordered"):
-    """Independent noise on every released coefficient: Laplace with scale `scale` or Gaussian with std
-    `scale` (a number or one value per packed coefficient). The caller has recorded the release already."""
-    v = poly.pack(quad_index)
-    draw = rng.laplace if noise == "laplace" else rng.normal
-    return Polynomial.unpack(v + draw(0.0, 1.0, size=v.shape) * scale, poly.d, quad_index)
+def resolve_attribute(setting: str, data, rng: np.random.Generator) -> str:
+    """x_s for `xs_attribute` (deviation 9): `auto` -> the card's first protected attribute among the features,
+    else `random`; `random` -> one attribute drawn with the noise stream; anything else as given."""
+    names = attributes(list(data.feature_names))
+    if setting == "auto":
+        protected = [a for a in (data.roles or {}).get("protected") or [] if a in names]
+        setting = protected[0] if protected else "random"
+    return str(rng.choice(names)) if setting == "random" else setting
 
 
-def laplace_fm(poly: Polynomial, sensitivity: float, eps: float, rng, ledger, note: str,
-               quad_index: str = "ordered") -> Polynomial:
-    """The functional mechanism (pflr.md §1.3): one Laplace release of the d + d^2 coefficients."""
-    v = mechanisms.laplace(poly.pack(quad_index), sensitivity, eps, rng, ledger, note)
-    return Polynomial.unpack(v, poly.d, quad_index)
-
-
+# ------------------------------------------------------------------------------------------ solver
 @dataclass
 class Solution:
     w: np.ndarray
@@ -223,13 +330,11 @@ class Solution:
     lambda_reg: float
 
 
-def minimise(poly: Polynomial, post_processing: str = "trim", reg_kappa: float = 0.0, noise_std: float = 0.0,
-             eig_tol: float = 1e-10) -> Solution:
+def minimise(poly: Polynomial, post_processing: str = "trim", reg_kappa: float = 0.0,
+             noise_std: float = 0.0) -> Solution:
     """argmin_w w^T M w + b^T w (pflr.md §1.5): symmetrise, optionally add lambda_reg I with lambda_reg =
-    reg_kappa * noise_std, then keep the eigen-directions with eigenvalue > eig_tol * max|e| (`trim`) or solve
+    reg_kappa * noise_std, then keep the eigen-directions with eigenvalue > EIG_TOL * max|e| (`trim`) or solve
     directly (`ridge`, positive definite only; `none`, least squares). Post-processing: no privacy cost."""
-    if post_processing not in POST_PROCESSING:
-        raise ConfigError(f"post_processing={post_processing!r} is unknown; allowed: {', '.join(POST_PROCESSING)}")
     S = (poly.M + poly.M.T) / 2
     lam = reg_kappa * noise_std if ("ridge" in post_processing or reg_kappa > 0) else 0.0
     S = S + lam * np.eye(poly.d)
@@ -242,23 +347,44 @@ def minimise(poly: Polynomial, post_processing: str = "trim", reg_kappa: float =
                               f"{e[0]:.3g}); raise reg_kappa or use ridge+trim")
         keep = np.ones(poly.d, bool)
     else:
-        keep = e > eig_tol * np.max(np.abs(e))
+        keep = e > EIG_TOL * np.max(np.abs(e))
     w = -0.5 * Q[:, keep] @ ((Q[:, keep].T @ poly.b) / e[keep])
     return Solution(w, int(keep.sum()), lam)
 
 
 # ------------------------------------------------------------------------------------------ plugins
 class LinearClassifier(Plugin):
-    """A linear model w on the [0,1] features (+ a constant with `add_intercept`), y_hat = 1[x^T w > 0]."""
+    """A linear model w on the features clipped into [0, 1] (+ a constant with `add_intercept`),
+    y_hat = 1[x^T w > 0]. `needs_sensitive`: the algorithm reads s."""
 
     kind = "classifier"
+    needs_sensitive = True
 
-    def __init__(self, **params):
-        super().__init__(**params)
+    def __init__(self, cfg=None, mechanism=None):
+        super().__init__(cfg, mechanism)
         self.info: dict[str, float] = {}
 
     def design(self, X: np.ndarray) -> np.ndarray:
-        return np.hstack([X, np.ones((len(X), 1))]) if self.params.get("add_intercept", False) else X
+        X = np.clip(X, 0.0, 1.0)
+        return np.hstack([X, np.ones((len(X), 1))]) if self.cfg.add_intercept else X
+
+    def check(self, data) -> None:
+        """One line instead of a traceback where the data lacks what the algorithm reads."""
+        if self.needs_sensitive and data.s is None:
+            raise DataError(f"algo={self.name} needs a sensitive attribute; data={data.name} has none")
+        if np.any((data.X < 0) | (data.X > 1)):
+            print(f"warning: {self.name}: features outside [0, 1] (the bounds its sensitivity assumes) are clipped "
+                  f"into [0, 1]; declare the bounds in the card of data={data.name}")
+
+    def fit(self, data, budget, ledger, rng, device="cpu"):
+        self.check(data)
+        self.info = {}
+        with threadpool_limits(1):  # n x d products and d x d solves: threaded BLAS only adds contention
+            self.w = self.solve(self.design(data.X), data, budget, ledger, rng)
+        return self
+
+    def solve(self, X, data, budget, ledger, rng) -> np.ndarray:
+        raise NotImplementedError
 
     def predict_proba(self, X):
         return expit(self.design(X) @ self.w)
@@ -279,25 +405,25 @@ class FunctionalMechanism(LinearClassifier):
     def release(self, X, data, budget, ledger, rng) -> tuple[Polynomial, float]:
         raise NotImplementedError
 
-    @property
-    def quad_index(self) -> str:
-        q = self.params.get("quad_index", "ordered")
-        if q not in ("ordered", "unique"):
-            raise ConfigError(f"quad_index={q!r} is unknown; allowed: ordered, unique")
-        return q
+    def noisy(self, poly: Polynomial, linear: float, scales, rng, ledger, note: str, noise: str = "laplace",
+              eps: float | None = None, claim: float = 0.0) -> tuple[Polynomial, float]:
+        """One release of every coefficient at per-coefficient `scales` (privacy.mechanisms.heterogeneous),
+        with the per-coefficient sensitivities of a polynomial whose linear coefficients are bounded by
+        `linear`; returns the noisy polynomial and the exact loss the mechanism computed."""
+        q = self.cfg.quad_index
+        sens = coefficient_sensitivities(poly.d, linear, q)
+        v, exact = mechanisms.heterogeneous(poly.pack(q), sens, scales, rng, ledger, note, noise, eps, claim)
+        return Polynomial.unpack(v, poly.d, q), exact
 
-    def fit(self, data, budget, ledger, rng, device="cpu"):
-        X = self.design(data.X)
-        self.info = {}
-        pp, kappa = self.params.get("post_processing", "trim"), float(self.params.get("reg_kappa", 0.0))
-        with threadpool_limits(1):  # one n x d product and a d x d eigh: threaded BLAS only adds contention
-            poly, noise_std = self.release(X, data, budget, ledger, rng)
-            sol = minimise(poly, pp, kappa, noise_std, float(self.params.get("eig_tol", 1e-10)))
-        self.w = sol.w
-        self.info |= {"fm_trim": float("trim" in pp), "fm_ridge": float("ridge" in pp or kappa > 0),
-                      "fm_reg_kappa": kappa, "fm_lambda_reg": sol.lambda_reg,
+    def solve(self, X, data, budget, ledger, rng) -> np.ndarray:
+        cfg = self.cfg
+        poly, noise_std = self.release(X, data, budget, ledger, rng)
+        sol = minimise(poly, cfg.post_processing, cfg.reg_kappa, noise_std)
+        self.info |= {"fm_trim": float("trim" in cfg.post_processing),
+                      "fm_ridge": float("ridge" in cfg.post_processing or cfg.reg_kappa > 0),
+                      "fm_reg_kappa": cfg.reg_kappa, "fm_lambda_reg": sol.lambda_reg,
                       "fm_kept_eigenvalues": sol.kept, "fm_d": X.shape[1]}
-        return self
+        return sol.w
 
 
 @register
@@ -305,56 +431,77 @@ class TaylorLR(FunctionalMechanism):
     name = "lr_taylor"
     private = False
     mechanisms = ()
+    needs_sensitive = False
+    Config = TaylorConfig
 
     def release(self, X, data, budget, ledger, rng):
         return lr_polynomial(X, data.y), 0.0
 
 
-@register
-class PrivLR(FunctionalMechanism):
-    name = "privlr"
+class LaplaceFM(FunctionalMechanism):
+    """The functional mechanism (pflr.md §1.3): one Laplace release of the d + d^2 coefficients of
+    `polynomial` with L1 sensitivity `sensitivity(d)`."""
+
+    note = "Taylor polynomial, {d}+{d}^2 coefficients"
+
+    def polynomial(self, X, data) -> Polynomial:
+        raise NotImplementedError
+
+    def sensitivity(self, d: int) -> float:
+        raise NotImplementedError
+
+    def laplace(self, poly: Polynomial, sens: float, eps: float, rng, ledger, note: str) -> Polynomial:
+        q = self.cfg.quad_index
+        return Polynomial.unpack(mechanisms.laplace(poly.pack(q), sens, eps, rng, ledger, note), poly.d, q)
 
     def release(self, X, data, budget, ledger, rng):
         d = X.shape[1]
-        sens = delta_f(d)
+        sens = self.sensitivity(d)
         self.info["sensitivity"] = sens
-        poly = laplace_fm(lr_polynomial(X, data.y), sens, budget.eps, rng, ledger,
-                          f"LR polynomial, {d}+{d}^2 coefficients", self.quad_index)
-        return poly, math.sqrt(2) * sens / budget.eps
-
-
-def penalty_weight(params) -> float:
-    """alpha of Eq. 8.1 (the thesis sets alpha = 1 "for ease of discussion"; the analysis holds for any alpha)."""
-    alpha = float(params.get("alpha", 1.0))
-    if not alpha >= 0:
-        raise ConfigError(f"alpha={alpha} must be >= 0")
-    return alpha
+        poly = self.laplace(self.polynomial(X, data), sens, budget.eps, rng, ledger, self.note.format(d=d))
+        return poly, laplace_std(sens, budget.eps)
 
 
 @register
-class PFLR(FunctionalMechanism):
+class PrivLR(LaplaceFM):
+    name = "privlr"
+    note = "LR polynomial, {d}+{d}^2 coefficients"
+    needs_sensitive = False
+    Config = FMConfig
+
+    def polynomial(self, X, data):
+        return lr_polynomial(X, data.y)
+
+    def sensitivity(self, d):
+        return delta_f(d)
+
+
+@register
+class PFLR(LaplaceFM):
     name = "pflr"
+    note = "fair LR polynomial (Algorithm 5)"
+    Config = PFLRConfig
 
-    def release(self, X, data, budget, ledger, rng):
-        d = X.shape[1]
-        alpha = penalty_weight(self.params)
-        fair_coef = self.params.get("fair_coef", "abs_elementwise")
-        sens = delta_f_tilde(d, alpha)
-        self.info |= {"sensitivity": sens, "alpha": alpha, "fair_coef_signed": float(fair_coef == "signed")}
-        poly = fair_polynomial(X, data.y, data.s, fair_coef, alpha)
-        poly = laplace_fm(poly, sens, budget.eps, rng, ledger, "fair LR polynomial (Algorithm 5)", self.quad_index)
-        return poly, math.sqrt(2) * sens / budget.eps
+    def polynomial(self, X, data):
+        self.info |= {"alpha": self.cfg.alpha, "fair_coef_signed": float(self.cfg.fair_coef == "signed")}
+        return fair_polynomial(X, data.y, data.s, self.cfg.fair_coef, self.cfg.alpha)
+
+    def sensitivity(self, d):
+        return delta_f_tilde(d, self.cfg.alpha)
 
 
 @register
-class PFLRStar(FunctionalMechanism):
+class PFLRStar(LaplaceFM):
     name = "pflr_star"
+    Config = PFLRStarConfig
 
     def budget_split(self, eps: float) -> tuple[float, float]:
-        eps_f = self.params.get("eps_f")
-        eps_f = float(eps_f) if eps_f is not None else float(self.params.get("eps_f_ratio", 0.5)) * eps
-        if not 0 < eps_f < eps:
-            raise ConfigError(f"pflr_star: eps_f={eps_f:g} must lie strictly between 0 and eps={eps:g}")
+        """(eps_f, eps_g): eps_f absolute or eps_f_ratio * eps; at eps = inf both are inf (noise-free)."""
+        eps_f = self.cfg.eps_f if self.cfg.eps_f is not None else self.cfg.eps_f_ratio * eps
+        if math.isinf(eps):
+            return eps_f, eps
+        if not eps_f < eps:
+            raise ConfigError(f"algo.eps_f={eps_f:g} must be < eps={eps:g} (eps_g = eps - eps_f is mu's budget)")
         return eps_f, eps - eps_f
 
     def release(self, X, data, budget, ledger, rng):
@@ -362,18 +509,14 @@ class PFLRStar(FunctionalMechanism):
         eps_f, eps_g = self.budget_split(budget.eps)
         mu = mechanisms.laplace(covariance_vector(X, data.s), delta_g(d), eps_g, rng, ledger,
                                 "mu = sum_i (s_i - s_bar) x_i (Algorithm 6 lines 1-2)")
-        shift, alpha = self.params.get("shift", "literal"), penalty_weight(self.params)
-        if shift == "mean":
+        if self.cfg.shift == "mean":
             mu = mu / len(X)
-        elif shift != "literal":
-            raise ConfigError(f"pflr_star shift={shift!r} is unknown; allowed: literal, mean")
-        mu = alpha * mu  # post-processing of the released mu
+        mu = self.cfg.alpha * mu  # post-processing of the released mu
         sens = delta_f(d)
-        poly = laplace_fm(lr_polynomial(X, data.y), sens, eps_f, rng, ledger,
-                          "LR polynomial (Algorithm 6 lines 3-6)", self.quad_index)
+        poly = self.laplace(lr_polynomial(X, data.y), sens, eps_f, rng, ledger, "LR polynomial (Algorithm 6 lines 3-6)")
         self.info |= {"eps_f": eps_f, "eps_g": eps_g, "sensitivity": sens, "sensitivity_g": delta_g(d),
-                      "alpha": alpha, "shift_mean": float(shift == "mean")}
-        return Polynomial(poly.b + mu, poly.M), math.sqrt(2) * sens / eps_f
+                      "alpha": self.cfg.alpha, "shift_mean": float(self.cfg.shift == "mean")}
+        return Polynomial(poly.b + mu, poly.M), laplace_std(sens, eps_f)
 
     def evaluate(self, train, test, rng):
         """Default classifier metrics plus the A4 coding check: the shift lowers the scores of s = 1, so it
@@ -389,110 +532,104 @@ class PFLRStar(FunctionalMechanism):
         return out | {"a4_taylor_train_gap": gap}
 
 
-@register
-class RelaxedFM(FunctionalMechanism):
-    name = "relaxed_fm"
-    mechanisms = ("gaussian",)
-    needs_delta = True
+class GaussianNoise:
+    """Mixin of the Gaussian members (relaxed_fm, adfc, pdfc.md §2.3, §2.5): (eps, delta)-DP, so a run needs
+    delta > 0."""
 
-    def sigma(self, sensitivity, eps, delta) -> float:
-        calibration = (self.params.get("mechanism") or {}).get("calibration") or self.params.get(
-            "calibration", "extended")
-        if calibration == "extended":
-            return extended_gaussian_sigma(sensitivity, eps, delta)
-        if calibration == "classic":
-            return mechanisms.gaussian_sigma_classic(sensitivity, eps, delta)
-        if calibration == "analytic":
-            return mechanisms.gaussian_sigma_analytic(sensitivity, eps, delta)
-        raise ConfigError(f"calibration={calibration!r} is unknown; allowed: extended, classic, analytic")
+    mechanisms = ("gaussian",)
+    noise = "gaussian"
+    needs_delta = True
+    guarantee = "(eps,delta)-DP"
+
+
+@register
+class RelaxedFM(GaussianNoise, FunctionalMechanism):
+    """Ding et al. Algorithm 2 (pdfc.md §2.3): Gaussian noise on every coefficient of the LR polynomial, L2
+    sensitivity Delta_2 = sqrt(d^2/16 + d), sigma by `calibration` (deviation 8)."""
+
+    name = "relaxed_fm"
+    needs_sensitive = False
+    Config = RelaxedFMConfig
 
     def release(self, X, data, budget, ledger, rng):
-        d = X.shape[1]
-        sens = delta_2(d)
-        sigma = self.sigma(sens, budget.eps, budget.delta)
-        ledger.spend_approx("gaussian_extended", budget.eps, budget.delta, sens, "LR polynomial (Algorithm 2)")
-        self.info |= {"sensitivity": sens, "sigma": sigma}
-        return perturb(lr_polynomial(X, data.y), sigma, "gaussian", rng, self.quad_index), sigma
+        sens = delta_2(X.shape[1])
+        sigma = gaussian_sigma(self.cfg.calibration, sens, budget.eps, budget.delta)
+        poly, delta_exact = self.noisy(lr_polynomial(X, data.y), TAYLOR_LINEAR, sigma, rng, ledger,
+                                       f"LR polynomial (Algorithm 2), {self.cfg.calibration} sigma", "gaussian",
+                                       budget.eps, budget.delta)
+        self.info |= {"sensitivity": sens, "sigma": sigma, "delta_exact": delta_exact}
+        return poly, sigma
+
+
+FAIR_LINEAR = TAYLOR_LINEAR + 1.0  # |1/2 - y + |s - s_bar|| <= 3/2: the fair polynomial's linear bound (alpha = 1)
 
 
 class CalibratedFM(FunctionalMechanism):
-    """PDFC / ADFC: the PFLR polynomial with a smaller budget eps_s on Phi_s (the coefficients touching x_s)."""
+    """PDFC / ADFC: the PFLR polynomial with a smaller budget eps_s on Phi_s (the coefficients touching x_s),
+    released at once by the heterogeneous mechanism (`noise`: laplace | gaussian) at the members' `scales`."""
+
+    noise: ClassVar[str] = "laplace"
 
     def split(self, eps: float, d: int) -> tuple[float, float]:
-        ratio = float(self.params.get("eps_ratio", 0.1))
-        if not ratio > 0:
-            raise ConfigError(f"{self.name}: eps_ratio={ratio} must be > 0")
-        eps_n = eps * d / (ratio + d - 1)
-        return ratio * eps_n, eps_n
+        """(eps_s, eps_n) with eps_s = eps_ratio eps_n and the paper's eps = eps_s/d + (d-1) eps_n/d (B1)."""
+        eps_n = eps * d / (self.cfg.eps_ratio + d - 1)
+        return self.cfg.eps_ratio * eps_n, eps_n
 
     def mask(self, data, d, rng) -> np.ndarray:
         names = list(data.feature_names) + (["intercept"] if d > len(data.feature_names) else [])
-        attribute = self.params.get("xs_attribute", "random")
-        if attribute == "random":
-            attribute = str(rng.choice(attributes(list(data.feature_names))))
-        self.attribute = attribute
-        return attribute_mask(names, attribute, self.quad_index)
+        self.attribute = resolve_attribute(self.cfg.xs_attribute, data, rng)
+        return attribute_mask(names, self.attribute, self.cfg.quad_index)
 
     def fair_polynomial(self, X, data) -> Polynomial:
-        return fair_polynomial(X, data.y, data.s, self.params.get("fair_coef", "abs_elementwise"))
+        return fair_polynomial(X, data.y, data.s, self.cfg.fair_coef)
 
-    @staticmethod
-    def row_mass(mask: np.ndarray, d: int, quad_index: str, power: int) -> float:
-        """max over rows of sum_{phi in mask} |coefficient bound|^power, with the per-coordinate bounds of the
-        fair polynomial (3/2 linear; 1/8 per ordered quadratic entry, 1/4 per unique off-diagonal monomial)."""
-        bound = Polynomial(np.full(d, 1.5), np.full((d, d), TAYLOR_QUADRATIC)).pack(quad_index)
-        return float(np.sum(bound[mask] ** power))
+    def scales(self, d: int, eps_s: float, eps_n: float, eps_paper: float, delta: float) -> tuple[float, ...]:
+        """(noise scale on Phi_s, on Phi_n, the guarantee the paper reports: its eps or delta)."""
+        raise NotImplementedError
+
+    def release(self, X, data, budget, ledger, rng):
+        d = X.shape[1]
+        mask = self.mask(data, d, rng)
+        eps_s, eps_n = self.split(budget.eps, d)
+        eps_paper = eps_s / d + (d - 1) * eps_n / d  # Algorithm 1 line 25, Algorithm 3 line 26 (B2)
+        scale_s, scale_n, claim = self.scales(d, eps_s, eps_n, eps_paper, budget.delta)
+        poly, exact = self.noisy(self.fair_polynomial(X, data), FAIR_LINEAR, np.where(mask, scale_s, scale_n), rng,
+                                 ledger, f"fair LR polynomial ({self.name}), x_s={self.attribute}", self.noise,
+                                 eps_paper, claim)
+        self.info |= {"eps_s": eps_s, "eps_n": eps_n, "eps_paper": eps_paper, "phi_s_size": int(mask.sum()),
+                      ("eps_exact" if self.noise == "laplace" else "delta_exact"): exact}
+        return poly, scale_n * (math.sqrt(2) if self.noise == "laplace" else 1.0)  # std of one Phi_n coefficient
 
 
 @register
 class PDFC(CalibratedFM):
-    name = "pdfc"
+    """Ding et al. Algorithm 1 (pdfc.md §2.4): Laplace, eps_s on Phi_s and eps_n on Phi_n."""
 
-    def release(self, X, data, budget, ledger, rng):
-        d = X.shape[1]
-        mask = self.mask(data, d, rng)
-        eps_s, eps_n = self.split(budget.eps, d)
-        sens = delta_f_tilde(d)
-        b_s = 2 * self.row_mass(mask, d, self.quad_index, 1)  # twice the largest per-row L1 mass of Phi_s
-        eps_paper = eps_s / d + (d - 1) * eps_n / d
-        eps_exact = (eps_s * b_s + eps_n * (sens - b_s)) / sens
-        ledger.spend_pure("laplace_calibrated", max(eps_paper, eps_exact), sens,
-                          f"fair LR polynomial (Algorithm 1), x_s={self.attribute}")
-        scale = np.where(mask, sens / eps_s, sens / eps_n)
-        self.info |= {"sensitivity": sens, "eps_s": eps_s, "eps_n": eps_n, "eps_paper": eps_paper,
-                      "eps_exact": eps_exact, "phi_s_size": int(mask.sum())}
-        poly = perturb(self.fair_polynomial(X, data), scale, "laplace", rng, self.quad_index)
-        return poly, math.sqrt(2) * sens / eps_n
+    name = "pdfc"
+    Config = PDFCConfig
+
+    def scales(self, d, eps_s, eps_n, eps_paper, delta):
+        """Laplace Delta_1/eps_s and Delta_1/eps_n with Delta_1 = d^2/4 + 3d (Lemma 2); reports eps_paper."""
+        sens = self.info["sensitivity"] = delta_f_tilde(d)
+        return sens / eps_s, sens / eps_n, eps_paper
 
 
 @register
-class ADFC(CalibratedFM):
-    name = "adfc"
-    mechanisms = ("gaussian",)
-    needs_delta = True
+class ADFC(GaussianNoise, CalibratedFM):
+    """Ding et al. Algorithm 3 (pdfc.md §2.5): Gaussian, (eps_s, delta_s) on Phi_s and (eps_n, delta_n) on Phi_n."""
 
-    def release(self, X, data, budget, ledger, rng):
-        d = X.shape[1]
-        mask = self.mask(data, d, rng)
-        eps_s, eps_n = self.split(budget.eps, d)
-        delta_half = 1 - math.sqrt(1 - budget.delta)
-        sens = delta_2_fair(d)
-        sigma_s = extended_gaussian_sigma(sens, eps_s, delta_half)
-        sigma_n = extended_gaussian_sigma(sens, eps_n, delta_half)
-        eps_paper = eps_s / d + (d - 1) * eps_n / d
+    name = "adfc"
+    Config = ADFCConfig
+
+    def scales(self, d, eps_s, eps_n, eps_paper, delta):
+        """sigma_s, sigma_n for (eps_s, delta_half), (eps_n, delta_half) and Delta_2' = sqrt(d^2/16 + 9d)
+        (Lemma 4), delta_half = 1 - sqrt(1 - delta); reports delta = 1 - (1 - delta_half)^2 (B1)."""
+        delta_half = 1 - math.sqrt(1 - delta)
+        sens = self.info["sensitivity"] = delta_2_fair(d)
+        sigma_s, sigma_n = (gaussian_sigma(self.cfg.calibration, sens, e, delta_half) for e in (eps_s, eps_n))
         delta_paper = 1 - (1 - delta_half) ** 2
-        # squared sensitivity per coordinate: (2 * 3/2)^2 linear, (2/8)^2 quadratic -> 4 * bound^2
-        s2_s = 4 * self.row_mass(mask, d, self.quad_index, 2)
-        s2_n = 4 * self.row_mass(~mask, d, self.quad_index, 2)
-        r = math.sqrt(s2_s / sigma_s**2 + s2_n / sigma_n**2)
-        delta_exact = gaussian_exact_delta(r, eps_paper)
-        ledger.spend_approx("gaussian_calibrated", eps_paper, max(delta_paper, delta_exact), sens,
-                            f"fair LR polynomial (Algorithm 3), x_s={self.attribute}")
-        scale = np.where(mask, sigma_s, sigma_n)
-        self.info |= {"sensitivity": sens, "eps_s": eps_s, "eps_n": eps_n, "sigma_s": sigma_s,
-                      "sigma_n": sigma_n, "eps_paper": eps_paper, "delta_paper": delta_paper,
-                      "delta_exact": delta_exact, "phi_s_size": int(mask.sum())}
-        return perturb(self.fair_polynomial(X, data), scale, "gaussian", rng, self.quad_index), sigma_n
+        self.info |= {"sigma_s": sigma_s, "sigma_n": sigma_n, "delta_paper": delta_paper}
+        return sigma_s, sigma_n, delta_paper
 
 
 @register
@@ -504,47 +641,39 @@ class FairLR(LinearClassifier):
 
     name = "fairlr"
     private = False
+    Config = FairLRConfig
 
-    def fit(self, data, budget, ledger, rng, device="cpu"):
-        X = self.design(data.X)
+    def solve(self, X, data, budget, ledger, rng) -> np.ndarray:
         c = covariance_vector(X, data.s)
-        tau = float(self.params.get("tau", 0.0))
-        mode = self.params.get("mode", "constraint")
-        objective = self.params.get("objective", "exact")
-        if objective not in ("exact", "taylor"):
-            raise ConfigError(f"fairlr objective={objective!r} is unknown; allowed: exact, taylor")
-        with threadpool_limits(1):
-            self.w = self.solve(X, data.y, c, tau, mode, objective, float(self.params.get("l2", 1e-6)))
-        self.info = {"constraint_value": float(c @ self.w), "tau": tau,
-                     "objective_taylor": float(objective == "taylor")}
-        return self
+        w = self.constrained(X, data.y, c)
+        self.info = {"constraint_value": float(c @ w), "tau": self.cfg.tau,
+                     "objective_taylor": float(self.cfg.objective == "taylor")}
+        return w
 
-    def solve(self, X, y, c, tau, mode, objective, l2) -> np.ndarray:
-        taylor = lr_polynomial(X, y) if objective == "taylor" else None
-        if mode == "constraint" and tau == 0:
+    def constrained(self, X, y, c) -> np.ndarray:
+        cfg = self.cfg
+        taylor = lr_polynomial(X, y) if cfg.objective == "taylor" else None
+        if cfg.mode == "constraint" and cfg.tau == 0:
             P = np.eye(len(c)) - np.outer(c, c) / (c @ c)
             if taylor is not None:  # the c direction has eigenvalue 0 in P M P and is trimmed
                 return P @ minimise(Polynomial(P @ taylor.b, P @ taylor.M @ P)).w
-            return P @ fit_logistic(X @ P, y, l2=l2, intercept=False)
-        elif mode in ("constraint", "penalty"):
-            alpha = float(self.params.get("alpha", 1.0))
+            return P @ fit_logistic(X @ P, y, l2=cfg.l2, intercept=False)
 
-            def loss(w):
-                if taylor is None:
-                    z = X @ w
-                    f, g = np.sum(np.logaddexp(0.0, z) - y * z), X.T @ (expit(z) - y)
-                else:
-                    f, g = taylor.b @ w + w @ taylor.M @ w, taylor.b + (taylor.M + taylor.M.T) @ w
-                f, g = f + 0.5 * l2 * w @ w, g + l2 * w
-                if mode == "penalty":
-                    u = c @ w - tau
-                    f, g = f + alpha * np.sqrt(u * u + 1e-12), g + alpha * u / np.sqrt(u * u + 1e-12) * c
-                return f, g
+        def loss(w):
+            if taylor is None:
+                z = X @ w
+                f, g = np.sum(np.logaddexp(0.0, z) - y * z), X.T @ (expit(z) - y)
+            else:
+                f, g = taylor.b @ w + w @ taylor.M @ w, taylor.b + (taylor.M + taylor.M.T) @ w
+            f, g = f + 0.5 * cfg.l2 * w @ w, g + cfg.l2 * w
+            if cfg.mode == "penalty":
+                u = c @ w - cfg.tau
+                f, g = f + cfg.alpha * np.sqrt(u * u + 1e-12), g + cfg.alpha * u / np.sqrt(u * u + 1e-12) * c
+            return f, g
 
-            w0 = np.zeros(len(c))
-            if mode == "penalty":
-                return minimize(loss, w0, jac=True, method="L-BFGS-B").x
-            cons = [{"type": "ineq", "fun": lambda w: tau - c @ w, "jac": lambda w: -c},
-                    {"type": "ineq", "fun": lambda w: tau + c @ w, "jac": lambda w: c}]
-            return minimize(loss, w0, jac=True, method="SLSQP", constraints=cons, options={"maxiter": 500}).x
-        raise ConfigError(f"fairlr mode={mode!r} is unknown; allowed: constraint, penalty")
+        w0 = np.zeros(len(c))
+        if cfg.mode == "penalty":
+            return minimize(loss, w0, jac=True, method="L-BFGS-B").x
+        cons = [{"type": "ineq", "fun": lambda w: cfg.tau - c @ w, "jac": lambda w: -c},
+                {"type": "ineq", "fun": lambda w: cfg.tau + c @ w, "jac": lambda w: c}]
+        return minimize(loss, w0, jac=True, method="SLSQP", constraints=cons, options={"maxiter": 500}).x

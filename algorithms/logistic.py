@@ -25,22 +25,20 @@ def with_intercept(X: np.ndarray) -> np.ndarray:
     return np.hstack([X, np.ones((X.shape[0], 1))])
 
 
-def fit_logistic(X: np.ndarray, y: np.ndarray, l2: float = 1e-6, sample_weight=None,
-                 intercept: bool = True) -> np.ndarray:
+def fit_logistic(X: np.ndarray, y: np.ndarray, l2: float = 1e-6, intercept: bool = True) -> np.ndarray:
     """Weights (intercept last, when `intercept`) of the exact logistic loss: Newton trust-region steps with
     the exact d x d Hessian for d <= NEWTON_MAX_D (a few X^T W X products), L-BFGS beyond."""
     Xb = with_intercept(X) if intercept else X
-    w8 = np.ones(len(y)) if sample_weight is None else np.asarray(sample_weight, float)
 
     def loss(w):
         z = Xb @ w
-        f = np.sum(w8 * (np.logaddexp(0.0, z) - y * z)) + 0.5 * l2 * w @ w
-        g = Xb.T @ (w8 * (expit(z) - y)) + l2 * w
+        f = np.sum(np.logaddexp(0.0, z) - y * z) + 0.5 * l2 * w @ w
+        g = Xb.T @ (expit(z) - y) + l2 * w
         return f, g
 
     def hess(w):
         p = expit(Xb @ w)
-        return (Xb * (w8 * p * (1 - p))[:, None]).T @ Xb + l2 * np.eye(len(w))
+        return (Xb * (p * (1 - p))[:, None]).T @ Xb + l2 * np.eye(len(w))
 
     w0 = np.zeros(Xb.shape[1])
     with threadpool_limits(1):  # n x d with small d: threaded BLAS only adds contention

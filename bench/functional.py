@@ -28,11 +28,8 @@ def _yaml(group: str, name: str) -> dict:
 def one_run(algo: str, card: dict, eps: float, seed: int) -> dict:
     rng = streams(seed)
     train, test = data_lib.split(data_lib.load(card, rng["data"]), card.get("test_size", 0.2), rng["split"])
-    params = _yaml("algo", algo)
-    params.pop("name")
-    cls = registry.get(algo)
-    plugin = cls(**params, mechanism={"name": "default"})
-    ledger = PrivacyLedger(Budget(eps), cls.accountant)
+    plugin = registry.make(algo)
+    ledger = PrivacyLedger(Budget(eps), type(plugin).accountant)
     plugin.fit(train, Budget(eps), ledger, rng["noise"])
     ledger.check()
     return evaluate.classifier(plugin, train, test, rng["eval"])
@@ -64,12 +61,9 @@ def main() -> None:
 
     rng = streams(0)
     train, _ = data_lib.split(data_lib.load(cards["adult"]), 0.2, rng["split"])
-    params = _yaml("algo", "pflr_star")
-    params.pop("name")
-    cls = registry.get("pflr_star")
     reps, t = 50, time.perf_counter()
     for i in range(reps):
-        cls(**params, mechanism={}).fit(train, Budget(1.0), PrivacyLedger(Budget(1.0)), np.random.default_rng(i))
+        registry.make("pflr_star").fit(train, Budget(1.0), PrivacyLedger(Budget(1.0)), np.random.default_rng(i))
     per_fit = (time.perf_counter() - t) / reps
     floor = floor_seconds(train.X)
     print(f"pflr_star on Adult (n = {len(train)}, d = {train.d}): {1 / per_fit:.1f} fits/s "

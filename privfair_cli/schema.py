@@ -115,6 +115,10 @@ def validate(cfg: DictConfig) -> RunConfig:
     if mech != "default" and mech not in plugin.mechanisms:
         allowed = ", ".join(plugin.mechanisms) or "none (non-private)"
         raise ConfigError(f"mechanism={mech} is not accepted by algo={name}; allowed: {allowed}")
+    extra = sorted(set(mechanism) - {"name"})
+    if extra:  # the group names the noise family only; calibrations are typed algorithm keys
+        raise ConfigError(f"mechanism.{extra[0]} is not a key of mechanism; allowed: name (a calibration is an "
+                          f"algorithm key, e.g. algo.calibration for relaxed_fm and adfc)")
     if "data" not in cfg:
         raise ConfigError("data is not set: choose one with data=<name> (see `privfair list`)")
     card = validate_card(OmegaConf.to_container(cfg.data, resolve=True))

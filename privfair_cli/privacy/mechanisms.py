@@ -102,3 +102,38 @@ def exponential(scores, sensitivity: float, eps: float, rng: np.random.Generator
         raise ConfigError(f"exponential accounting={accounting!r} is unknown; allowed: pure, zcdp")
     p = exponential_probabilities(scores, sensitivity, eps)
     return int(rng.choice(len(p), p=p))
+
+
+def heterogeneous(value, sensitivities, scales, rng: np.random.Generator, ledger: PrivacyLedger, note: str = "",
+                  noise: str = "laplace", eps: float | None = None, claim: float = 0.0):
+    """value + independent noise with its own scale per coordinate j: Laplace with scale `scales[j]`, or Gaussian
+    with standard deviation `scales[j]` (`noise`). `sensitivities[j]` bounds how far replacing one record moves
+    coordinate j (the functional mechanism's per-coefficient bounds; pdfc.md §2.4-2.5). The exact loss, recorded
+    in the ledger before the draw:
+      laplace:  eps-DP with eps = sum_j sensitivities[j] / scales[j] (the privacy-loss bound of pdfc.md §2.4);
+      gaussian: a unit-variance Gaussian mechanism with L2 sensitivity R = ||sensitivities / scales||_2, so
+                (eps, delta)-DP at the given `eps` with delta = Phi(R/2 - eps/R) - e^eps Phi(-R/2 - eps/R)
+                (Balle & Wang 2018, Thm 8; pdfc.md §2.5).
+    `claim` is the eps (laplace) or delta (gaussian) the algorithm reports for itself (e.g. Ding et al.'s
+    eps_s/d + (d-1) eps_n/d); the ledger records the larger of the two, so neither understates the loss.
+    A scale of 0 (eps = inf, the noise-free limit) gives infinite loss and no noise. Returns the noisy value and
+    the exact loss (eps or delta)."""
+    value = np.asarray(value, dtype=float)
+    sens = np.broadcast_to(np.asarray(sensitivities, dtype=float), value.shape)
+    scales = np.broadcast_to(np.asarray(scales, dtype=float), value.shape)
+    with np.errstate(divide="ignore"):
+        ratio = np.where(sens > 0, sens / scales, 0.0)
+    if noise == "laplace":
+        exact = float(np.sum(ratio))
+        ledger.spend_pure("laplace_heterogeneous", max(exact, claim), float(np.sum(sens)), note)
+        draw = rng.laplace
+    elif noise == "gaussian":
+        if eps is None:
+            raise ValueError("a Gaussian heterogeneous release needs the eps at which its delta is stated")
+        r = float(np.sqrt(np.sum(ratio**2)))
+        exact = 0.0 if math.isinf(eps) or r == 0 else _analytic_delta(1.0, r, eps)
+        ledger.spend_approx("gaussian_heterogeneous", eps, max(exact, claim), float(np.sqrt(np.sum(sens**2))), note)
+        draw = rng.normal
+    else:
+        raise ConfigError(f"heterogeneous noise={noise!r} is unknown; allowed: laplace, gaussian")
+    return value + draw(0.0, 1.0, size=value.shape) * scales, exact
