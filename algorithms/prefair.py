@@ -52,19 +52,22 @@ import heapq
 import json
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import combinations
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 import pandas as pd
 
 from privfair_cli import metrics as core_metrics
 from privfair_cli.algorithms.tree_model import Measurement, TreeModel, fit_tree, project_simplex
+from privfair_cli.downstream import ReleaseEvaluation
 from privfair_cli.errors import ConfigError, DataError
 from privfair_cli.privacy import accountants
 from privfair_cli.privacy.mechanisms import exponential, gaussian_zcdp
 from privfair_cli.registry import Plugin, register
+from privfair_cli.typed import bounds
 
 DEFAULT_DELTA = 1e-9
 
@@ -81,6 +84,7 @@ class Roles:
     @classmethod
     def from_names(cls, columns: list[str], roles: dict, admissible_override=None, data_name: str = "") -> Roles:
         where = f"data={data_name}" if data_name else "the dataset"
+        card = f"configs/data/{data_name}.yaml" if data_name else "its card"
         raw = dict(roles or {})
         if admissible_override is not None:
             raw["admissible"] = list(admissible_override)
@@ -92,14 +96,16 @@ class Roles:
                 raise DataError(f"{where}: roles.{key} names {unknown}, not attributes of its discrete view")
             sets[key] = frozenset(columns.index(n) for n in names)
         if not sets["outcome"]:
-            raise DataError(f"{where}: roles.outcome is empty; a fair release needs the outcome attribute(s)")
+            raise ConfigError(f"{where}: the card has no `roles.outcome`; a release is evaluated on its outcome "
+                              f"attribute: add roles: {{outcome: [...]}} to {card}")
         if not sets["admissible"]:
-            raise DataError(
-                f"{where}: roles.admissible is empty, so no fair spanning tree can connect the outcome to the "
-                "other attributes (PreFair §3 Prop. 5 needs A non-empty); declare admissible attributes")
+            raise ConfigError(
+                f"{where}: the card has no `roles.admissible`, so no fair spanning tree can connect the outcome to "
+                f"the other attributes (PreFair §3 Prop. 5 needs A non-empty): add roles: {{admissible: [...]}} "
+                f"to {card} (or set algo.admissible)")
         if (sets["protected"] & sets["admissible"]) or (sets["protected"] & sets["outcome"]) or (
                 sets["admissible"] & sets["outcome"]):
-            raise DataError(f"{where}: roles protected / admissible / outcome must be disjoint")
+            raise ConfigError(f"{where}: roles protected / admissible / outcome must be disjoint ({card})")
         return cls(sets["protected"], sets["admissible"], sets["outcome"])
 
     def allowed(self, i: int, j: int) -> bool:
@@ -215,7 +221,16 @@ def best_fair_tree(w: np.ndarray, I: np.ndarray, J: np.ndarray, d: int, roles: R
 
 
 # ---------------------------------------------------------------------------------------------- pipeline
+# MST §3 step 3 (McKenna et al. 2021): a value whose noisy 1-way count is below this many noise standard deviations
+# is indistinguishable from an empty one and joins the attribute's rare bucket.
+COMPRESSION_SIGMAS = 3
+
+
 def zcdp_budget(eps: float, delta: float, conversion: str) -> float:
+    """rho for the run's (eps, delta): CKS20's exact conversion, or Thm 4 of the seed (`rdp_classic`). eps = inf is
+    the noise-free limit, rho = inf."""
+    if math.isinf(eps):
+        return math.inf
     if conversion == "cks20":
         return accountants.cdp_rho(eps, delta)
     if conversion == "rdp_classic":
@@ -224,12 +239,8 @@ def zcdp_budget(eps: float, delta: float, conversion: str) -> float:
 
 
 def histograms(X: np.ndarray, domain: list[int], cliques) -> list[np.ndarray]:
-    out = []
-    for c in cliques:
-        shape = tuple(domain[i] for i in c)
-        idx = np.ravel_multi_index(tuple(X[:, i] for i in c), shape) if len(c) > 1 else X[:, c[0]]
-        out.append(np.bincount(idx, minlength=int(np.prod(shape))).reshape(shape).astype(float))
-    return out
+    """Count tables of the attribute sets `cliques` of the coded table X."""
+    return [core_metrics.contingency(X[:, list(c)], tuple(domain[i] for i in c)) for c in cliques]
 
 
 @dataclass
@@ -259,76 +270,127 @@ class Compression:
         return out
 
 
-def compress(one_way: list[np.ndarray], s1: float, enabled: bool) -> tuple[Compression, list[Measurement]]:
-    """§3 step 3: keep values with noisy count >= 3 s1; the rest become one bucket whose measurement is the sum
-    of their noisy counts (variance m s1^2, the Q' = 1/sqrt(m) rewrite)."""
+def compress(one_way: list[np.ndarray], threshold: float, var: float,
+             enabled: bool) -> tuple[Compression, list[Measurement]]:
+    """§3 step 3: keep values with noisy count >= threshold; the rest become one bucket whose measurement is the sum
+    of their noisy counts (variance m var for m merged values, the Q' = 1/sqrt(m) rewrite)."""
     kept, merged, meas = [], [], []
     for i, y in enumerate(one_way):
-        keep = y >= 3 * s1 if enabled else np.ones(y.size, bool)
+        keep = y >= threshold if enabled else np.ones(y.size, bool)
         k_idx, m_idx = np.flatnonzero(keep), np.flatnonzero(~keep)
         kept.append(k_idx)
         merged.append(m_idx)
-        yy, vv = y[k_idx], np.full(k_idx.size, s1**2)
+        yy, vv = y[k_idx], np.full(k_idx.size, var)
         if m_idx.size:
             yy = np.append(yy, y[m_idx].sum())
-            vv = np.append(vv, m_idx.size * s1**2)
-        meas.append(Measurement((i,), yy, vv, y.size * s1**2))
+            vv = np.append(vv, m_idx.size * var)
+        meas.append(Measurement((i,), yy, vv, y.size * var))
     return Compression(kept, merged), meas
 
 
+# ---------------------------------------------------------------------------------------------- configs
+@dataclass(frozen=True)
+class MSTConfig(ReleaseEvaluation):
+    """`mst` (defaults: configs/algo/mst.yaml). `rows: n_original` releases the exact row count outside the
+    ledger, so such a run claims `heuristic` (A11)."""
+
+    conversion: Literal["cks20", "rdp_classic"]
+    compress: bool
+    rows: Literal["nhat", "n_original"]
+
+
+@dataclass(frozen=True)
+class FairReleaseConfig(MSTConfig):
+    """The fair generators: `admissible` replaces the card's admissible set (A10)."""
+
+    admissible: list[str] | None
+
+
+@dataclass(frozen=True)
+class PreFairGreedyConfig(FairReleaseConfig):
+    """`prefair_greedy` / `pfdr`: the reference code's candidate filter can be replayed (A8)."""
+
+    ref_code_candidate_filter: bool
+
+
+@dataclass(frozen=True)
+class PreFairOptimalConfig(FairReleaseConfig):
+    """`prefair_optimal`: the exact search of Algorithm 1, bounded by `max_expansions` (A7)."""
+
+    search_variant: Literal["exact"]
+    max_expansions: int = field(metadata=bounds(ge=1))
+
+
+# ---------------------------------------------------------------------------------------------- plugins
 class MarginalTreeRelease(Plugin):
-    """The shared pipeline; subclasses define `select` (and whether the tree must be fair)."""
+    """The shared pipeline; subclasses define `select` (and whether the tree must be fair). Evaluated by
+    `evaluate.generator` (release metrics, downstream classifiers from `downstream.py`)."""
 
     kind = "generator"
     mechanisms = ("gaussian", "exponential")
     needs_delta = True
     default_delta = DEFAULT_DELTA
     accountant = "zcdp"
+    guarantee = "zCDP"
     fair = True
+    Config = MSTConfig
 
     def select(self, q, I, J, d, roles, rho_sel, rng, ledger) -> list[tuple[int, int]]:
         raise NotImplementedError
+
+    def claims(self) -> str:
+        """`rows: n_original` releases len(data) exactly, outside the ledger: the zCDP proof then holds only where
+        n is public (replace-one neighbours), so the run claims `heuristic`."""
+        return "heuristic" if self.cfg.rows == "n_original" else super().claims()
+
+    def allows_unfair_tree(self) -> bool:
+        return not self.fair
 
     # -- fit ----------------------------------------------------------------------------------------------
     def fit(self, data, budget, ledger, rng, device="cpu"):
         t0 = time.perf_counter()
         if data.frame is None or not data.domain:
-            raise DataError(f"algo={self.name} needs the dataset's discrete view: add a `discrete:` section to "
-                            f"the card of data={data.name}")
+            raise ConfigError(f"algo={self.name} needs the card's `discrete:` view (one entry per attribute with "
+                              f"its levels or bins): add it to configs/data/{data.name}.yaml")
         self.columns = list(data.frame.columns)
         self.domain = [int(data.domain[c]) for c in self.columns]
         d = len(self.columns)
         if d < 2:
             raise DataError(f"algo={self.name} needs at least two attributes")
-        self.roles = Roles.from_names(self.columns, data.roles, self.params.get("admissible"), data.name)
+        admissible = self.cfg.admissible if isinstance(self.cfg, FairReleaseConfig) else None
+        self.roles = Roles.from_names(self.columns, data.roles, admissible, data.name)
         self.n_original = len(data)
         X = data.frame.to_numpy(np.int64)
 
-        rho = zcdp_budget(budget.eps, budget.delta, self.params.get("conversion", "cks20"))
-        sigma = math.sqrt(3 / (2 * rho))
+        self.rho = zcdp_budget(budget.eps, budget.delta, self.cfg.conversion)
+        sigma = math.sqrt(3 / (2 * self.rho))  # 0 at eps = inf: no noise
+        # The estimator uses the measurements' variances only through their ratios, so the noise-free limit keeps
+        # the ratios of sigma = 1.
+        unit = sigma or 1.0
         s1, s2 = sigma * math.sqrt(d), sigma * math.sqrt(d - 1)
-        self.rho = rho
 
         counts = histograms(X, self.domain, [(i,) for i in range(d)])
         noisy = gaussian_zcdp(np.concatenate(counts), math.sqrt(d), s1, rng, ledger,
                               note=f"1-way marginals of {d} attributes (rho/3)")
         one_way = np.split(noisy, np.cumsum(self.domain)[:-1])
-        self.compression, meas = compress(one_way, s1, bool(self.params.get("compress", True)))
+        self.compression, meas = compress(one_way, COMPRESSION_SIGMAS * s1, (unit * math.sqrt(d)) ** 2,
+                                          self.cfg.compress)
         Xc, self.cdomain = self.compression.encode(X, self.domain)
 
         I, J = pairs_of(d)
         q = self.scores(Xc, meas, I, J)
-        edges = self.select(q, I, J, d, self.roles, rho / 3, rng, ledger)
+        edges = self.select(q, I, J, d, self.roles, self.rho / 3, rng, ledger)
         self.fair_tree = is_fair(edges, d, self.roles)
-        if self.fair and not self.fair_tree and not self.params.get("ref_code_candidate_filter", False):
+        if not self.fair_tree and not self.allows_unfair_tree():
             raise AssertionError(f"{self.name} selected an unfair tree {edges}")
 
         tables = histograms(Xc, self.cdomain, edges)
         noisy2 = gaussian_zcdp(np.concatenate([t.ravel() for t in tables]), math.sqrt(d - 1), s2, rng, ledger,
                                note=f"2-way marginals of the {d - 1} tree edges (rho/3)")
         sizes = np.cumsum([t.size for t in tables])[:-1]
+        var2 = (unit * math.sqrt(d - 1)) ** 2
         for (i, j), t, y in zip(edges, tables, np.split(noisy2, sizes), strict=True):
-            meas.append(Measurement((i, j), y.reshape(t.shape), np.full(t.shape, s2**2), t.size * s2**2))
+            meas.append(Measurement((i, j), y.reshape(t.shape), np.full(t.shape, var2), t.size * var2))
         self.model: TreeModel = fit_tree(self.cdomain, edges, meas)
         self.edges = edges
         self.fit_seconds = time.perf_counter() - t0
@@ -346,24 +408,17 @@ class MarginalTreeRelease(Plugin):
 
     # -- release ------------------------------------------------------------------------------------------
     def n_rows(self) -> int:
-        how = self.params.get("rows", "nhat")
-        if how == "nhat":
-            return int(self.model.total)
-        if how == "n_original":
-            return self.n_original
-        raise ConfigError(f"algo.rows={how!r} is unknown; allowed: nhat, n_original")
+        """Rows released: int(Nhat) (private), or len(data) with `rows: n_original` (A11)."""
+        return int(self.model.total) if self.cfg.rows == "nhat" else self.n_original
 
     def sample(self, n, rng) -> pd.DataFrame:
         codes = self.compression.decode(self.model.sample(int(n), rng), rng)
         return pd.DataFrame(codes, columns=self.columns)
 
-    def evaluate(self, train, test, rng) -> dict[str, float]:
-        t0 = time.perf_counter()
-        self.synthetic = self.sample(self.n_rows(), rng)
-        runtime = self.fit_seconds + time.perf_counter() - t0
-        out = release_metrics(train.frame, self.synthetic, train.domain, int(self.params.get("max_cells", 10_000)))
-        out |= downstream_metrics(self.synthetic, test, self.columns, self.roles, self.params, rng)
-        return out | {"runtime": runtime, "n_synthetic": len(self.synthetic)}
+    def fairness_roles(self) -> dict[str, list[str]]:
+        """The roles this release used, as attribute names in column order (for the downstream gaps)."""
+        return {k: [self.columns[i] for i in sorted(getattr(self.roles, k))]
+                for k in ("protected", "admissible", "outcome")}
 
     def extra_metrics(self) -> dict[str, float]:
         return {"rho": self.rho, "tree_fair": float(self.fair_tree)}
@@ -374,8 +429,7 @@ class MarginalTreeRelease(Plugin):
         with gzip.open(run_dir / "synthetic.csv.gz", "wt") as f:
             self.synthetic.to_csv(f, index=False)
         tree = {"edges": [[self.columns[i], self.columns[j]] for i, j in self.edges], "fair": self.fair_tree,
-                "roles": {k: sorted(self.columns[i] for i in getattr(self.roles, k))
-                          for k in ("protected", "admissible", "outcome")}}
+                "roles": self.fairness_roles()}
         (run_dir / "tree.json").write_text(json.dumps(tree, indent=2) + "\n")
 
 
@@ -395,10 +449,14 @@ class PreFairGreedy(MarginalTreeRelease):
     """`prefair_greedy`: Greedy-PreFair (Algorithm 2), private Kruskal over the fair candidate pairs."""
 
     name = "prefair_greedy"
+    Config = PreFairGreedyConfig
+
+    def allows_unfair_tree(self) -> bool:
+        return self.cfg.ref_code_candidate_filter  # A8: the replayed bug can select an unfair tree
 
     def select(self, q, I, J, d, roles, rho_sel, rng, ledger):
         pairs = list(zip(I.tolist(), J.tolist(), strict=True))
-        if self.params.get("ref_code_candidate_filter", False):
+        if self.cfg.ref_code_candidate_filter:
             allowed = set(ref_code_filter(pairs, roles))
         else:
             allowed = {p for p in pairs if roles.allowed(*p)}
@@ -419,207 +477,14 @@ class PreFairOptimal(MarginalTreeRelease):
     best fair spanning tree for those weights."""
 
     name = "prefair_optimal"
+    Config = PreFairOptimalConfig
 
     def select(self, q, I, J, d, roles, rho_sel, rng, ledger):
-        if self.params.get("search_variant", "exact") != "exact":
-            raise ConfigError("algo.search_variant: only `exact` is implemented (see the module docstring, A7)")
         r = q.size
         sigma_q = math.sqrt(r / (2 * rho_sel))
         qt = gaussian_zcdp(q, math.sqrt(r), sigma_q, rng, ledger, note=f"noisy weights of {r} pairs (rho/3)")
-        edges, self.expansions = best_fair_tree(qt.max() - qt, I, J, d, roles,
-                                                int(self.params.get("max_expansions", 2_000_000)))
+        edges, self.expansions = best_fair_tree(qt.max() - qt, I, J, d, roles, self.cfg.max_expansions)
         return edges
 
     def extra_metrics(self):
         return super().extra_metrics() | {"search_expansions": float(self.expansions)}
-
-
-# ---------------------------------------------------------------------------------------------- metrics (§9)
-def _pair_tables(real: pd.DataFrame, synth: pd.DataFrame, domain: dict, k: int, max_cells: int):
-    cols = [c for c in domain if c in synth.columns]
-    for c in combinations(cols, k):
-        if int(np.prod([domain[x] for x in c])) <= max_cells:
-            yield c, core_metrics.marginal(real, c, domain) * len(real), core_metrics.marginal(
-                synth, c, domain) * len(synth)
-
-
-def bergsma_v(table: np.ndarray) -> float:
-    """Bias-corrected Cramér's V (Bergsma 2013) of a contingency table; empty rows/columns are dropped."""
-    t = np.asarray(table, dtype=float)
-    t = t[t.sum(axis=1) > 0][:, t.sum(axis=0) > 0]
-    r, c = t.shape
-    n = t.sum()
-    if r < 2 or c < 2 or n < 2:
-        return 0.0
-    e = np.outer(t.sum(axis=1), t.sum(axis=0)) / n
-    phi2 = ((t - e) ** 2 / e).sum() / n
-    phi2c = max(0.0, phi2 - (r - 1) * (c - 1) / (n - 1))
-    rc, cc = r - (r - 1) ** 2 / (n - 1), c - (c - 1) ** 2 / (n - 1)
-    den = min(rc - 1, cc - 1)
-    return float(math.sqrt(phi2c / den)) if den > 0 else 0.0
-
-
-def ref_code_v(table: np.ndarray) -> float:
-    """The reference code's Cramér's V (A13): the n x 2 matrix of the rows' raw codes (zeros replaced by 1) is
-    treated as a contingency table, with the bias correction for r = c = 2. Computed from the pair's count
-    table: row (u, v) of that matrix occurs n_uv times."""
-    t = np.asarray(table, dtype=float)
-    u = np.maximum(np.arange(t.shape[0]), 1)[:, None] * np.ones_like(t)
-    v = np.maximum(np.arange(t.shape[1]), 1)[None, :] * np.ones_like(t)
-    c1, c2 = (t * u).sum(), (t * v).sum()
-    n = c1 + c2
-    r = u + v
-    e1, e2 = r * c1 / n, r * c2 / n
-    phi2 = (t * ((u - e1) ** 2 / e1 + (v - e2) ** 2 / e2)).sum() / n
-    phi2c = max(0.0, phi2 - 1 / (n - 1))
-    return float(math.sqrt(phi2c / (1 - 1 / (n - 1))))
-
-
-def release_metrics(real: pd.DataFrame, synth: pd.DataFrame, domain: dict, max_cells: int = 10000) -> dict:
-    """1-way / 2-way TVD (marginals with <= max_cells cells), ACD (Bergsma) and the reference code's ACD."""
-    tv1 = [core_metrics.tvd(a / a.sum(), b / b.sum()) for _, a, b in _pair_tables(real, synth, domain, 1, max_cells)]
-    tv2, acd, acd_ref = [], [], []
-    for _, a, b in _pair_tables(real, synth, domain, 2, max_cells):
-        tv2.append(core_metrics.tvd(a / a.sum(), b / b.sum()))
-        acd.append(abs(bergsma_v(a) - bergsma_v(b)))
-        acd_ref.append(abs(ref_code_v(a) - ref_code_v(b)))
-    return {"tvd_1way": float(np.mean(tv1)), "tvd_2way": float(np.mean(tv2)), "acd": float(np.mean(acd)),
-            "acd_ref_code": float(np.mean(acd_ref)) / 2}
-
-
-def _defined_mean(x: np.ndarray) -> float:
-    ok = ~np.isnan(x)
-    return float(x[ok].mean()) if ok.any() else float("nan")
-
-
-def conditional_gaps(yhat, y, s, groups) -> dict[str, float]:
-    """CDP, CTPRB, CTNRB over the groups of admissible tuples: `ref_code` = |mean over groups of the S=1 rates -
-    mean over groups of the S=0 rates| (each mean over the groups where that rate is defined); `weighted` =
-    |sum_a P(A=a) (rate(1, a) - rate(0, a))| over groups where both are defined (the seed's E_A)."""
-    yhat, y, s = (np.asarray(v).astype(bool) for v in (yhat, y, s))
-    g = np.asarray(groups)
-    n_g = int(g.max()) + 1
-    weight = np.bincount(g, minlength=n_g) / len(g)
-    out = {}
-    for name, num, den in (("cdp", yhat, np.ones_like(y)), ("ctprb", yhat & y, y), ("ctnrb", ~yhat & ~y, ~y)):
-        rate = {}
-        for v in (0, 1):
-            m = s == v
-            dd = np.bincount(g[m & den], minlength=n_g)
-            nn = np.bincount(g[m & num], minlength=n_g)
-            rate[v] = np.where(dd > 0, nn / np.maximum(dd, 1), np.nan)
-        both = ~np.isnan(rate[0]) & ~np.isnan(rate[1])
-        out[name] = abs(_defined_mean(rate[1]) - _defined_mean(rate[0]))
-        out[f"{name}_weighted"] = abs(float(np.sum(weight[both] * (rate[1][both] - rate[0][both]))))
-    return out
-
-
-def train_mlp(X: np.ndarray, y: np.ndarray, rng: np.random.Generator, epochs: int = 20, batch: int = 50):
-    """The reference code's Keras MLP: 20-20-10-5-1, ReLU, He-normal weights, zero biases, sigmoid output,
-    binary cross-entropy, Adam (Keras defaults: lr 1e-3, betas 0.9 / 0.999, eps 1e-7), batch 50. Written in
-    numpy: for a net this small the per-step overhead of an autograd framework dominates."""
-    sizes = [X.shape[1], 20, 20, 10, 5, 1]
-    params = []
-    for a, b in zip(sizes[:-1], sizes[1:], strict=True):
-        params += [rng.normal(0, math.sqrt(2 / a), size=(a, b)), np.zeros(b)]
-    m = [np.zeros_like(p) for p in params]
-    v = [np.zeros_like(p) for p in params]
-    lr, b1, b2, eps_adam = 1e-3, 0.9, 0.999, 1e-7
-    n_layers = len(sizes) - 1
-    step = 0
-    for _ in range(epochs):
-        perm = rng.permutation(len(X))
-        for k in range(0, len(X), batch):
-            idx = perm[k:k + batch]
-            acts = [X[idx]]
-            for layer in range(n_layers):
-                z = acts[-1] @ params[2 * layer] + params[2 * layer + 1]
-                acts.append(np.maximum(z, 0) if layer < n_layers - 1 else z)
-            with np.errstate(over="ignore"):  # exp overflow -> inf -> sigmoid 0, which is exact
-                grad = (1 / (1 + np.exp(-acts[-1][:, 0])) - y[idx])[:, None] / len(idx)  # d BCE / d logit
-            grads = [None] * len(params)
-            for layer in reversed(range(n_layers)):
-                grads[2 * layer] = acts[layer].T @ grad
-                grads[2 * layer + 1] = grad.sum(axis=0)
-                if layer:
-                    grad = (grad @ params[2 * layer].T) * (acts[layer] > 0)
-            step += 1
-            corr = math.sqrt(1 - b2**step) / (1 - b1**step)
-            for p, g, mm, vv in zip(params, grads, m, v, strict=True):
-                mm *= b1
-                mm += (1 - b1) * g
-                vv *= b2
-                vv += (1 - b2) * g * g
-                p -= lr * corr * mm / (np.sqrt(vv) + eps_adam)
-
-    def predict(Z):
-        h = np.asarray(Z, dtype=float)
-        for layer in range(n_layers):
-            h = h @ params[2 * layer] + params[2 * layer + 1]
-            h = np.maximum(h, 0) if layer < n_layers - 1 else h
-        return (h[:, 0] > 0).astype(int)
-
-    return predict
-
-
-def train_classifier(kind: str, X, y, rng, params) -> callable:
-    if kind == "mlp":
-        return train_mlp(X, y, rng, int(params.get("mlp_epochs", 20)))
-    if kind == "lr":
-        from sklearn.linear_model import LinearRegression
-
-        model = LinearRegression().fit(X, y)
-    elif kind == "rf":
-        from sklearn.ensemble import RandomForestRegressor
-
-        model = RandomForestRegressor(n_estimators=int(params.get("rf_trees", 200)), n_jobs=2,
-                                      random_state=int(rng.integers(2**31))).fit(X, y)
-    else:
-        raise ConfigError(f"algo.classifiers: {kind!r} is unknown; allowed: mlp, lr, rf")
-    return lambda Z: np.rint(np.clip(model.predict(Z), 0, 1)).astype(int)
-
-
-def downstream_metrics(synth: pd.DataFrame, test, columns, roles: Roles, params, rng) -> dict[str, float]:
-    """Train on the synthetic table, test on real data (§9 items 4-5). Features: every attribute but the
-    outcome, raw codes. The first classifier also fills `accuracy` and `risk_difference` (signed DP).
-    The gaps are between the card's s = 1 and s = 0; for each attribute in the card's `roles.audit` they are also
-    computed between its codes 1 and 0 (rows with other codes left out), keyed `<gap>_<attribute>`: the
-    reference code's `S == 1` / `S == 0` comparison applied to a multi-valued protected attribute."""
-    outcome = columns[min(roles.outcome)]
-    y_real = test.frame[outcome].to_numpy()
-    if not np.array_equal(y_real == 1, test.y.astype(bool)):
-        raise DataError(f"data={test.name}: the outcome {outcome} must be coded 1 = the card's positive label")
-    if test.s is None:
-        raise DataError(f"data={test.name}: the fairness metrics need the card's `sensitive` attribute")
-    feats = [c for c in columns if c != outcome]
-    admissible = [columns[i] for i in sorted(roles.admissible)]
-    _, groups = np.unique(test.frame[admissible].to_numpy(), axis=0, return_inverse=True)
-    audit = {}
-    for attr in (test.roles or {}).get("audit") or []:
-        if attr not in test.frame.columns:
-            raise DataError(f"data={test.name}: roles.audit names {attr!r}, not an attribute of its discrete view")
-        code = test.frame[attr].to_numpy()
-        audit[attr.lower()] = (code <= 1, code == 1)
-    kinds = params.get("classifiers", ["mlp", "lr"])
-    out = {}
-    for n, kind in enumerate([kinds] if isinstance(kinds, str) else kinds):
-        predict = train_classifier(kind, synth[feats].to_numpy(float), (synth[outcome].to_numpy() == 1).astype(
-            float), rng, params)
-        yhat = predict(test.frame[feats].to_numpy(float))
-        m = {"accuracy": float(np.mean(yhat == test.y))} | fairness_gaps(yhat, test.y, test.s, groups.ravel())
-        m["risk_difference"] = core_metrics.GroupRates(test.y, yhat, test.s).difference("positive_rate")
-        for name, (rows, s) in audit.items():
-            gaps = fairness_gaps(yhat[rows], test.y[rows], s[rows], groups.ravel()[rows])
-            m |= {f"{k}_{name}": v for k, v in gaps.items()}
-        out |= {f"{k}_{kind}": v for k, v in m.items()}
-        if n == 0:
-            out |= m
-    return out
-
-
-def fairness_gaps(yhat, y, s, groups) -> dict[str, float]:
-    """§9 item 5: |DP|, |TPRB|, |TNRB|, accuracy parity and the conditional gaps between s = 1 and s = 0."""
-    rates = core_metrics.GroupRates(y, yhat, s)
-    return {"dp": abs(rates.difference("positive_rate")), "tprb": abs(rates.difference("tpr")),
-            "tnrb": abs(rates.difference("tnr")), "accuracy_parity": abs(rates.difference("accuracy"))
-            } | conditional_gaps(yhat, y, s, groups)

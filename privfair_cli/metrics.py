@@ -1,4 +1,5 @@
-"""Metrics (foundations.md §4): group fairness of classifiers, marginal TVD of released data, graph recovery.
+"""Metrics (foundations.md §4): group fairness of classifiers, quality of released data (contingency counts, TVD,
+Cramér's V; prefair.md §9), graph recovery.
 
 Per-group rates are computed once (`GroupRates`); every gap metric is derived from them, never re-derived by
 hand. Conventions: S = 1 is the card's privileged group; gaps are signed `group 1 - group 0` (foundations F9)
@@ -7,6 +8,7 @@ and each also comes as `<name>_abs`. A rate with an empty denominator is NaN, no
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from itertools import combinations
 
@@ -19,25 +21,33 @@ def _rate(num: np.ndarray, den: np.ndarray) -> float:
     return float((num & den).sum() / d) if d else float("nan")
 
 
+# Each rate as (numerator event, denominator event) of the true labels y and predictions yhat (booleans):
+# rate = |num & den| / |den|.
+RATES = {
+    "positive_rate": (lambda y, yh: yh, lambda y, yh: np.ones_like(y)),
+    "tpr": (lambda y, yh: yh, lambda y, yh: y),
+    "fpr": (lambda y, yh: yh, lambda y, yh: ~y),
+    "fdr": (lambda y, yh: ~y, lambda y, yh: yh),
+    "tnr": (lambda y, yh: ~yh, lambda y, yh: ~y),
+    "accuracy": (lambda y, yh: yh == y, lambda y, yh: np.ones_like(y)),
+}
+
+
 @dataclass(frozen=True)
 class GroupRates:
-    """Positive rate, TPR, FPR, FDR and accuracy, overall and for s = 0 / s = 1."""
+    """Positive rate, TPR, FPR, FDR, TNR and accuracy, overall, for s = 0 / s = 1, and within strata."""
 
     y: np.ndarray
     yhat: np.ndarray
     s: np.ndarray | None
 
+    def _events(self):
+        return self.y.astype(bool), self.yhat.astype(bool)
+
     def rates(self, mask: np.ndarray | None = None) -> dict[str, float]:
-        y, yh = self.y.astype(bool), self.yhat.astype(bool)
+        y, yh = self._events()
         m = np.ones_like(y) if mask is None else mask.astype(bool)
-        return {
-            "positive_rate": _rate(yh, m),
-            "tpr": _rate(yh, m & y),
-            "fpr": _rate(yh, m & ~y),
-            "fdr": _rate(~y, m & yh),
-            "tnr": _rate(~yh, m & ~y),
-            "accuracy": _rate(yh == y, m),
-        }
+        return {name: _rate(num(y, yh), m & den(y, yh)) for name, (num, den) in RATES.items()}
 
     def by_group(self) -> dict[int, dict[str, float]]:
         return {g: self.rates(self.s == g) for g in (0, 1)}
@@ -45,6 +55,24 @@ class GroupRates:
     def difference(self, name: str) -> float:
         g = self.by_group()
         return g[1][name] - g[0][name]
+
+    def by_stratum(self, strata: np.ndarray, names: tuple[str, ...]) -> dict[int, dict[str, np.ndarray]]:
+        """For s = 0 / 1: each rate in `names` inside every stratum (codes 0..k-1, e.g. the groups of admissible
+        values), NaN where its denominator is empty; one bincount per rate."""
+        y, yh = self._events()
+        strata = np.asarray(strata)
+        k = int(strata.max()) + 1 if strata.size else 0
+        out = {}
+        for g in (0, 1):
+            m = self.s == g
+            out[g] = {}
+            for name in names:
+                num, den = RATES[name]
+                d = m & den(y, yh)
+                dd = np.bincount(strata[d], minlength=k)
+                nn = np.bincount(strata[d & num(y, yh)], minlength=k)
+                out[g][name] = np.where(dd > 0, nn / np.maximum(dd, 1), np.nan)
+        return out
 
 
 def classification(y, yhat, s=None) -> dict[str, float]:
@@ -78,24 +106,129 @@ def ber(y_s, s_hat) -> float:
     return 0.5 * (_rate(~s_hat, y_s) + _rate(s_hat, ~y_s))
 
 
+def _defined_mean(x: np.ndarray) -> float:
+    ok = ~np.isnan(x)
+    return float(x[ok].mean()) if ok.any() else float("nan")
+
+
+CONDITIONAL = (("cdp", "positive_rate"), ("ctprb", "tpr"), ("ctnrb", "tnr"))
+
+
+def conditional_gaps(yhat, y, s, groups) -> dict[str, float]:
+    """PreFair's conditional gaps CDP, CTPRB, CTNRB (prefair.md §9 item 5) over the groups of admissible tuples:
+    `<gap>` = |mean over groups of the S=1 rates - mean over groups of the S=0 rates| (each mean over the groups
+    where that rate is defined; the reference code's variant, A14); `<gap>_weighted` =
+    |sum_a P(A=a) (rate(1, a) - rate(0, a))| over groups where both are defined (the seed's E_A)."""
+    g = np.asarray(groups)
+    weight = np.bincount(g, minlength=int(g.max()) + 1) / len(g)
+    rates = GroupRates(np.asarray(y), np.asarray(yhat), np.asarray(s).astype(int)).by_stratum(
+        g, tuple(rate for _, rate in CONDITIONAL))
+    out = {}
+    for gap, rate in CONDITIONAL:
+        r1, r0 = rates[1][rate], rates[0][rate]
+        both = ~np.isnan(r0) & ~np.isnan(r1)
+        out[gap] = abs(_defined_mean(r1) - _defined_mean(r0))
+        out[f"{gap}_weighted"] = abs(float(np.sum(weight[both] * (r1[both] - r0[both]))))
+    return out
+
+
+def fairness_gaps(yhat, y, s, groups) -> dict[str, float]:
+    """prefair.md §9 item 5: |DP|, |TPRB|, |TNRB|, accuracy parity and the conditional gaps between s = 1 and
+    s = 0 (`groups`: the admissible group of each row)."""
+    rates = GroupRates(np.asarray(y), np.asarray(yhat), np.asarray(s).astype(int))
+    return {"dp": abs(rates.difference("positive_rate")), "tprb": abs(rates.difference("tpr")),
+            "tnrb": abs(rates.difference("tnr")), "accuracy_parity": abs(rates.difference("accuracy"))
+            } | conditional_gaps(yhat, y, s, groups)
+
+
 # ---------------------------------------------------------------------------------------- released data
+# A13: the PreFair reference code divides its mean |V_real - V_syn| by 2; `acd_ref_code` keeps that factor so that it
+# compares with the published Table 3 / Figure 7(c) numbers.
+REF_CODE_ACD_DIVISOR = 2
+
+
+def contingency(codes: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    """Counts of every cell of the table of `codes` (n x k integer codes, column j in 0..shape[j]-1): one bincount
+    over a mixed-radix index. The one place privfair counts a contingency table."""
+    codes = np.asarray(codes)
+    idx = np.ravel_multi_index(tuple(codes[:, j] for j in range(codes.shape[1])), shape)
+    return np.bincount(idx, minlength=int(np.prod(shape))).reshape(shape).astype(float)
+
+
 def marginal(frame: pd.DataFrame, cols: tuple[str, ...], domain: dict[str, int]) -> np.ndarray:
-    """Normalised contingency table of `cols` (vectorised: one bincount over a mixed-radix index)."""
-    shape = tuple(domain[c] for c in cols)
-    idx = np.ravel_multi_index(tuple(frame[c].to_numpy() for c in cols), shape)
-    counts = np.bincount(idx, minlength=int(np.prod(shape))).astype(float)
-    return counts.reshape(shape) / max(len(frame), 1)
+    """Normalised contingency table of `cols`."""
+    counts = contingency(frame[list(cols)].to_numpy(), tuple(domain[c] for c in cols))
+    return counts / max(len(frame), 1)
 
 
 def tvd(p: np.ndarray, q: np.ndarray) -> float:
     return 0.5 * float(np.abs(np.asarray(p) - np.asarray(q)).sum())
 
 
-def tvd_kway(real: pd.DataFrame, synth: pd.DataFrame, domain: dict[str, int], k: int) -> float:
-    """Average TVD over all k-way marginals of the attributes in `domain`."""
-    cols = list(domain)
-    return float(np.mean([tvd(marginal(real, c, domain), marginal(synth, c, domain))
-                          for c in combinations(cols, k)]))
+def marginal_pairs(real: pd.DataFrame, synth: pd.DataFrame, domain: dict[str, int], k: int,
+                   max_cells: int | None = None):
+    """(attributes, real counts, synthetic counts) for every k-way marginal of the attributes in `domain` (those
+    the synthetic table has) with at most `max_cells` cells (None: all)."""
+    cols = [c for c in domain if c in synth.columns]
+    for c in combinations(cols, k):
+        shape = tuple(domain[x] for x in c)
+        if max_cells is None or int(np.prod(shape)) <= max_cells:
+            yield c, contingency(real[list(c)].to_numpy(), shape), contingency(synth[list(c)].to_numpy(), shape)
+
+
+def mean_tvd(pairs) -> float:
+    """Average TVD over (attributes, real counts, synthetic counts) marginals, each normalised to sum 1."""
+    return float(np.mean([tvd(a / max(a.sum(), 1), b / max(b.sum(), 1)) for _, a, b in pairs]))
+
+
+def tvd_kway(real: pd.DataFrame, synth: pd.DataFrame, domain: dict[str, int], k: int,
+             max_cells: int | None = None) -> float:
+    """Average TVD over the k-way marginals (with at most `max_cells` cells) of the attributes in `domain`."""
+    return mean_tvd(marginal_pairs(real, synth, domain, k, max_cells))
+
+
+def bergsma_v(table: np.ndarray) -> float:
+    """Bias-corrected Cramér's V (Bergsma 2013) of a contingency table; empty rows/columns are dropped."""
+    t = np.asarray(table, dtype=float)
+    t = t[t.sum(axis=1) > 0][:, t.sum(axis=0) > 0]
+    r, c = t.shape
+    n = t.sum()
+    if r < 2 or c < 2 or n < 2:
+        return 0.0
+    e = np.outer(t.sum(axis=1), t.sum(axis=0)) / n
+    phi2 = ((t - e) ** 2 / e).sum() / n
+    phi2c = max(0.0, phi2 - (r - 1) * (c - 1) / (n - 1))
+    rc, cc = r - (r - 1) ** 2 / (n - 1), c - (c - 1) ** 2 / (n - 1)
+    den = min(rc - 1, cc - 1)
+    return float(math.sqrt(phi2c / den)) if den > 0 else 0.0
+
+
+def ref_code_v(table: np.ndarray) -> float:
+    """The PreFair reference code's Cramér's V (prefair.md A13): the n x 2 matrix of the rows' raw codes (zeros
+    replaced by 1) is treated as a contingency table, with the bias correction for r = c = 2. Computed from the
+    pair's count table: row (u, v) of that matrix occurs n_uv times."""
+    t = np.asarray(table, dtype=float)
+    u = np.maximum(np.arange(t.shape[0]), 1)[:, None] * np.ones_like(t)
+    v = np.maximum(np.arange(t.shape[1]), 1)[None, :] * np.ones_like(t)
+    c1, c2 = (t * u).sum(), (t * v).sum()
+    n = c1 + c2
+    r = u + v
+    e1, e2 = r * c1 / n, r * c2 / n
+    phi2 = (t * ((u - e1) ** 2 / e1 + (v - e2) ** 2 / e2)).sum() / n
+    phi2c = max(0.0, phi2 - 1 / (n - 1))
+    return float(math.sqrt(phi2c / (1 - 1 / (n - 1))))
+
+
+def release_metrics(real: pd.DataFrame, synth: pd.DataFrame, domain: dict[str, int],
+                    max_cells: int | None = None) -> dict[str, float]:
+    """Quality of a released table against the real one (prefair.md §9 items 1-3): `tvd_1way`, `tvd_2way` (mean TVD
+    over the marginals with at most `max_cells` cells), `acd` (mean |V_real - V_syn| of Bergsma's corrected
+    Cramér's V over the 2-way marginals) and `acd_ref_code` (the reference code's variant, A13)."""
+    pairs = list(marginal_pairs(real, synth, domain, 2, max_cells))
+    acd = [abs(bergsma_v(a) - bergsma_v(b)) for _, a, b in pairs]
+    acd_ref = [abs(ref_code_v(a) - ref_code_v(b)) for _, a, b in pairs]
+    return {"tvd_1way": tvd_kway(real, synth, domain, 1, max_cells), "tvd_2way": mean_tvd(pairs),
+            "acd": float(np.mean(acd)), "acd_ref_code": float(np.mean(acd_ref)) / REF_CODE_ACD_DIVISOR}
 
 
 # ---------------------------------------------------------------------------------------- graphs

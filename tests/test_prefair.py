@@ -16,11 +16,13 @@ from scipy import stats
 from scipy.special import softmax
 
 from privfair_cli import datasets as data_lib
+from privfair_cli import downstream, evaluate, metrics, registry
 from privfair_cli.algorithms import prefair as pf
 from privfair_cli.algorithms import tree_model as tm
-from privfair_cli.errors import DataError
+from privfair_cli.errors import ConfigError
 from privfair_cli.privacy import Budget, PrivacyLedger, accountants
 from privfair_cli.privacy.mechanisms import exponential
+from tests.conftest import fit
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 
@@ -31,13 +33,6 @@ def load_card(name: str):
     if not base.is_dir():
         pytest.skip(f"dataset folder {card['subdir']} not found under PRIVFAIR_DATA_DIR")
     return data_lib.load(card)
-
-
-def release(cls, table, eps, seed=0, **params):
-    budget = Budget(eps, pf.DEFAULT_DELTA)
-    ledger = PrivacyLedger(budget, "zcdp")
-    plugin = cls(**params).fit(table, budget, ledger, np.random.default_rng(seed))
-    return plugin, ledger
 
 
 # ------------------------------------------------------------------------------------------- privacy
@@ -53,10 +48,16 @@ def test_rho_conversion_matches_spec_table(eps, cks, classic):
 @pytest.mark.parametrize("d, eps, s1, s2, eps_em", [(14, 1, 37.45, 36.09, 0.0554), (8, 0.1, 260.3, 243.5, 0.00822),
                                                     (42, 10, 7.600, 7.509, 0.266)])
 def test_noise_scales_match_spec_fixtures(d, eps, s1, s2, eps_em):
-    sigma = math.sqrt(3 / (2 * accountants.cdp_rho(eps, 1e-9)))
-    assert sigma * math.sqrt(d) == pytest.approx(s1, rel=2e-3)
-    assert sigma * math.sqrt(d - 1) == pytest.approx(s2, rel=2e-3)
-    assert math.sqrt(8 * accountants.cdp_rho(eps, 1e-9) / 3 / (d - 1)) == pytest.approx(eps_em, rel=3e-3)
+    """The plugin's own releases, read off its ledger: 1-way noise s1 (sensitivity sqrt(d)), 2-way noise s2
+    (sensitivity sqrt(d-1)) and the d-1 selection rounds at eps_em (rho = eps_em^2 / 8), as the spec tabulates."""
+    _, ledger = fit("mst", chain_table(n=500, d=d), eps=eps)
+    one_way, *rounds, two_way = ledger.entries
+    assert [e.mechanism for e in rounds] == ["exponential"] * (d - 1)
+    assert one_way.sensitivity == pytest.approx(math.sqrt(d)) and two_way.sensitivity == pytest.approx(math.sqrt(d - 1))
+    assert one_way.sensitivity / math.sqrt(2 * one_way.rho) == pytest.approx(s1, rel=2e-3)
+    assert two_way.sensitivity / math.sqrt(2 * two_way.rho) == pytest.approx(s2, rel=2e-3)
+    assert all(math.sqrt(8 * e.rho) == pytest.approx(eps_em, rel=3e-3) for e in rounds)
+    assert ledger.rho() == pytest.approx(accountants.cdp_rho(eps, 1e-9), rel=1e-9)
 
 
 def test_exponential_mechanism_frequencies_match_softmax():
@@ -155,15 +156,17 @@ def test_ref_code_filter_keeps_the_compas_pairs_the_spec_names():
 
 
 def test_roles_without_admissible_attribute_fail_clearly():
-    with pytest.raises(DataError, match="admissible is empty"):
+    with pytest.raises(ConfigError, match=r"no `roles.admissible`.*configs/data/toy.yaml"):
         pf.Roles.from_names(["s", "a", "y"], {"protected": ["s"], "outcome": ["y"]}, data_name="toy")
+    with pytest.raises(ConfigError, match="no `roles.outcome`"):
+        pf.Roles.from_names(["s", "a", "y"], {}, data_name="toy")
 
 
 # ------------------------------------------------------------------------------------------- metrics
 def test_tvd_and_cramers_v_on_hand_computed_tables():
     real = pd.DataFrame({"a": [0, 0, 1, 1], "b": [0, 1, 0, 1]})
     synth = pd.DataFrame({"a": [0, 0, 0, 1], "b": [0, 0, 1, 1]})
-    m = pf.release_metrics(real, synth, {"a": 2, "b": 2})
+    m = metrics.release_metrics(real, synth, {"a": 2, "b": 2})
     # 1-way: a: |.5-.75| + |.5-.25| = .5 -> .25; b: 0 -> mean .125. 2-way: cells .25 each vs (.5, .25, 0, .25)
     assert m["tvd_1way"] == pytest.approx(0.125)
     assert m["tvd_2way"] == pytest.approx(0.25)
@@ -172,8 +175,8 @@ def test_tvd_and_cramers_v_on_hand_computed_tables():
     n, r, c = table.sum(), 2, 3
     phi2c = max(0, chi2 / n - (r - 1) * (c - 1) / (n - 1))
     want = math.sqrt(phi2c / min(r - (r - 1) ** 2 / (n - 1) - 1, c - (c - 1) ** 2 / (n - 1) - 1))
-    assert pf.bergsma_v(table) == pytest.approx(want)
-    assert pf.bergsma_v(np.array([[5, 0], [0, 0]])) == 0.0
+    assert metrics.bergsma_v(table) == pytest.approx(want)
+    assert metrics.bergsma_v(np.array([[5, 0], [0, 0]])) == 0.0
     # reference-code variant: the n x 2 matrix of raw codes (0 -> 1) as a contingency table, r = c = 2
     rows = np.array([[0, 0]] * 3 + [[1, 2]] * 4 + [[2, 1]] * 2 + [[2, 2]])
     x = np.where(rows == 0, 1, rows)
@@ -181,7 +184,21 @@ def test_tvd_and_cramers_v_on_hand_computed_tables():
     want = math.sqrt(max(0, chi2 / n - 1 / (n - 1)) / (1 - 1 / (n - 1)))
     counts = np.zeros((3, 3))
     np.add.at(counts, (rows[:, 0], rows[:, 1]), 1)
-    assert pf.ref_code_v(counts) == pytest.approx(want)
+    assert metrics.ref_code_v(counts) == pytest.approx(want)
+
+
+def test_contingency_counts_and_stratum_rates_are_the_shared_ones():
+    rng = np.random.default_rng(0)
+    codes = rng.integers(0, [3, 4], size=(500, 2))
+    want = pd.crosstab(codes[:, 0], codes[:, 1]).reindex(index=range(3), columns=range(4), fill_value=0)
+    assert metrics.contingency(codes, (3, 4)) == pytest.approx(want.to_numpy())
+    y, yhat, s, groups = (rng.integers(0, k, 400) for k in (2, 2, 2, 5))
+    strata = metrics.GroupRates(y, yhat, s).by_stratum(groups, ("positive_rate", "tpr", "tnr"))
+    for g in range(5):
+        per_group = metrics.GroupRates(y[groups == g], yhat[groups == g], s[groups == g]).by_group()
+        for v in (0, 1):
+            for rate in ("positive_rate", "tpr", "tnr"):
+                assert strata[v][rate][g] == pytest.approx(per_group[v][rate], nan_ok=True)
 
 
 def test_conditional_gaps_ref_code_and_weighted():
@@ -191,7 +208,7 @@ def test_conditional_gaps_ref_code_and_weighted():
     s = np.array([1, 0, 1, 0, 1, 1])
     groups = np.array([0, 0, 0, 0, 1, 1])
     yhat[5] = 0
-    g = pf.conditional_gaps(yhat, y, s, groups)
+    g = metrics.conditional_gaps(yhat, y, s, groups)
     assert g["cdp"] == pytest.approx(abs((1 + 0.5) / 2 - 0))  # equal weight per group, per sex
     assert g["cdp_weighted"] == pytest.approx(4 / 6 * 1.0)  # only group 0 has both rates
     assert math.isnan(g["ctnrb"])  # no row with y = 0: the rate is undefined, not 0
@@ -229,7 +246,7 @@ def test_fit_tree_gives_consistent_nonnegative_marginals():
 def test_compression_keeps_noise_per_row_and_decodes_to_merged_values():
     s1 = 10.0
     y = np.array([500.0, 3.0, -4.0, 200.0, 1.0])
-    comp, meas = pf.compress([y], s1, True)
+    comp, meas = pf.compress([y], 3 * s1, s1**2, True)
     assert comp.kept[0].tolist() == [0, 3] and comp.merged[0].tolist() == [1, 2, 4]
     m = meas[0]
     # Q' = diag(1, 1, 1/sqrt(m)) rewrite: rows y'/q have std s1 -> variance of the merged sum is m s1^2
@@ -286,13 +303,42 @@ def chain_table(n=20000, d=6, seed=0):
 
 
 def test_mst_recovers_a_chain_at_large_eps():
-    plugin, _ = release(pf.MST, chain_table(), eps=1e4)
+    plugin, _ = fit("mst", chain_table(), eps=1e4)
     assert {tuple(sorted(e)) for e in plugin.edges} == {(j, j + 1) for j in range(5)}
+
+
+def test_eps_inf_is_the_noise_free_limit():
+    """eps = inf: rho = inf in the ledger, no noise (the model's 1-way marginals are the data's), the best tree."""
+    table = chain_table(n=3000)
+    plugin, ledger = fit("mst", table, eps=math.inf)
+    assert math.isinf(ledger.rho()) and plugin.model.total == pytest.approx(3000)
+    for i, c in enumerate(table.frame.columns):
+        assert plugin.model.nodes[i] == pytest.approx(np.bincount(table.frame[c], minlength=3) / 3000, abs=1e-6)
+    assert {tuple(sorted(e)) for e in plugin.edges} == {(j, j + 1) for j in range(5)}
+
+
+def test_rows_n_original_claims_heuristic():
+    assert registry.make("mst").claims() == "zCDP"
+    assert registry.make("mst", rows="n_original").claims() == "heuristic"
+    plugin, _ = fit("pfdr", chain_table(n=2000), eps=1.0, rows="n_original")
+    assert plugin.n_rows() == 2000
+
+
+def test_generator_evaluation_samples_the_release_and_scores_it():
+    """The runner's generator evaluator (evaluate.generator): int(Nhat) rows, release metrics against the training
+    table, downstream gaps with the plugin's roles, the classifiers' keys."""
+    table = chain_table(n=3000)
+    plugin, _ = fit("prefair_greedy", table, eps=10.0, classifiers=["lr", "rf"], rf_trees=5)
+    out = evaluate.generator(plugin, table, table, np.random.default_rng(0))
+    assert out["n_synthetic"] == len(plugin.synthetic) == int(plugin.model.total)
+    assert out["tvd_1way"] == pytest.approx(metrics.tvd_kway(table.frame, plugin.synthetic, table.domain, 1))
+    assert {"acd", "acd_ref_code", "accuracy_lr", "accuracy_rf", "cdp_weighted_rf", "runtime"} <= set(out)
+    assert out["accuracy"] == out["accuracy_lr"]
 
 
 def test_compas_release_end_to_end():
     table = load_card("compas")
-    plugin, ledger = release(pf.PreFairGreedy, table, eps=1.0)
+    plugin, ledger = fit("prefair_greedy", table, eps=1.0)
     assert ledger.rho() == pytest.approx(accountants.cdp_rho(1.0, 1e-9), rel=1e-9)
     assert ledger.spent()[0] == pytest.approx(1.0, rel=1e-6)
     synth = plugin.sample(plugin.n_rows(), np.random.default_rng(1))
@@ -312,10 +358,9 @@ def test_audit_attribute_gaps_compare_codes_1_and_0_only():
     from sklearn.linear_model import LinearRegression
 
     table = load_card("compas")
-    cols = list(table.frame.columns)
-    roles = pf.Roles.from_names(cols, table.roles)
-    out = pf.downstream_metrics(table.frame, table, cols, roles, {"classifiers": ["lr"]}, np.random.default_rng(0))
-    feats = [c for c in cols if c != "Two_yr_Recidivism"]
+    settings = registry.make("mst", classifiers=["lr"]).cfg
+    out = downstream.downstream_metrics(table.frame, table, table.roles, settings, np.random.default_rng(0))
+    feats = [c for c in table.frame.columns if c != "Two_yr_Recidivism"]
     X = table.frame[feats].to_numpy(float)
     yhat = np.rint(np.clip(LinearRegression().fit(X, table.y).predict(X), 0, 1))
     race = table.frame["Race"].to_numpy()
@@ -328,8 +373,8 @@ def test_audit_attribute_gaps_compare_codes_1_and_0_only():
 
 def test_mst_on_adult_at_huge_eps_beats_the_papers_eps10_tvd():
     table = load_card("adult")
-    plugin, _ = release(pf.MST, table, eps=1e3)
+    plugin, _ = fit("mst", table, eps=1e3)
     synth = plugin.sample(plugin.n_rows(), np.random.default_rng(0))
-    m = pf.release_metrics(table.frame, synth, table.domain)
+    m = metrics.release_metrics(table.frame, synth, table.domain)
     assert m["tvd_2way"] < 0.0412  # Figure 7(b), MST at eps = 10
     assert m["tvd_1way"] < 0.005

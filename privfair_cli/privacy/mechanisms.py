@@ -76,14 +76,19 @@ def gaussian(
 
 def gaussian_zcdp(value, sensitivity: float, sigma: float, rng: np.random.Generator, ledger: PrivacyLedger,
                   note: str = ""):
-    """value + N(0, sigma^2): (Delta_2^2 / (2 sigma^2))-zCDP (Bun & Steinke 2016)."""
-    ledger.spend_zcdp("gaussian", sensitivity**2 / (2 * sigma**2), sensitivity, note)
+    """value + N(0, sigma^2): (Delta_2^2 / (2 sigma^2))-zCDP (Bun & Steinke 2016). sigma = 0 is the noise-free
+    limit (eps = inf): rho = inf, the value itself."""
+    ledger.spend_zcdp("gaussian", sensitivity**2 / (2 * sigma**2) if sigma > 0 else math.inf, sensitivity, note)
     value = np.asarray(value, dtype=float)
     return value + rng.normal(0.0, sigma, size=value.shape)
 
 
 def exponential_probabilities(scores, sensitivity: float, eps: float) -> np.ndarray:
-    """P(r) proportional to exp(eps q_r / (2 S)); scores of -inf get probability 0."""
+    """P(r) proportional to exp(eps q_r / (2 S)); scores of -inf get probability 0. eps = inf is the noise-free
+    limit: uniform over the best candidates."""
+    if math.isinf(eps):
+        best = np.asarray(scores, dtype=float) == np.max(scores)
+        return best / best.sum()
     u = eps * np.asarray(scores, dtype=float) / (2 * sensitivity)
     u = u - np.max(u)
     p = np.exp(u)

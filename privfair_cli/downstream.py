@@ -1,0 +1,150 @@
+"""Downstream evaluation of a released (synthetic) table, shared by every generator family (prefair.md §9 items
+4-5; the same protocol serves FairGAN, FFPDG, ...): classifiers trained on the synthetic table and tested on real
+data, their accuracy and fairness gaps.
+
+A generator plugin opts in by making its `Config` a subclass of `ReleaseEvaluation` (the keys `max_cells`,
+`classifiers`, `mlp_epochs`, `rf_trees`, defaults in its YAML); `evaluate.generator` then adds these metrics to the
+release metrics. Protocol (the PreFair reference code's, A15): features are every attribute but the outcome, as raw
+integer codes; "linear regression" and "random forest" are regressors on the 0/1 label, rounded (predictions
+clipped to [0, 1] first); the MLP is the reference code's Keras net rebuilt in numpy.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Literal
+
+import numpy as np
+import pandas as pd
+
+from privfair_cli import metrics
+from privfair_cli.errors import DataError
+from privfair_cli.typed import bounds
+
+Classifier = Literal["mlp", "lr", "rf"]
+
+# The reference code's Keras MLP (prefair.md §9 item 4): layer widths after the input, batch size, and Adam with
+# Keras' default learning rate, moment decays and epsilon.
+MLP_HIDDEN = (20, 20, 10, 5)
+MLP_BATCH = 50
+ADAM_LR, ADAM_BETA1, ADAM_BETA2, ADAM_EPS = 1e-3, 0.9, 0.999, 1e-7
+
+
+@dataclass(frozen=True)
+class ReleaseEvaluation:
+    """Evaluation keys of a generator's config: TVD / ACD over marginals with at most `max_cells` cells (the
+    reference code's 10,000 drops KDD's widest pairs), the downstream classifiers and their sizes."""
+
+    max_cells: int = field(metadata=bounds(gt=0))
+    classifiers: list[Classifier] | Classifier
+    mlp_epochs: int = field(metadata=bounds(ge=1))
+    rf_trees: int = field(metadata=bounds(ge=1))
+
+    def classifier_list(self) -> list[str]:
+        return [self.classifiers] if isinstance(self.classifiers, str) else list(self.classifiers)
+
+
+def train_mlp(X: np.ndarray, y: np.ndarray, rng: np.random.Generator, epochs: int):
+    """The reference code's Keras MLP: 20-20-10-5-1, ReLU, He-normal weights, zero biases, sigmoid output,
+    binary cross-entropy, Adam (Keras defaults), batch 50. Written in numpy: for a net this small the per-step
+    overhead of an autograd framework dominates. Returns a 0/1 predictor."""
+    sizes = [X.shape[1], *MLP_HIDDEN, 1]
+    params = []
+    for a, b in zip(sizes[:-1], sizes[1:], strict=True):
+        params += [rng.normal(0, math.sqrt(2 / a), size=(a, b)), np.zeros(b)]
+    m = [np.zeros_like(p) for p in params]
+    v = [np.zeros_like(p) for p in params]
+    n_layers = len(sizes) - 1
+    step = 0
+    for _ in range(epochs):
+        perm = rng.permutation(len(X))
+        for k in range(0, len(X), MLP_BATCH):
+            idx = perm[k:k + MLP_BATCH]
+            acts = [X[idx]]
+            for layer in range(n_layers):
+                z = acts[-1] @ params[2 * layer] + params[2 * layer + 1]
+                acts.append(np.maximum(z, 0) if layer < n_layers - 1 else z)
+            with np.errstate(over="ignore"):  # exp overflow -> inf -> sigmoid 0, which is exact
+                grad = (1 / (1 + np.exp(-acts[-1][:, 0])) - y[idx])[:, None] / len(idx)  # d BCE / d logit
+            grads = [None] * len(params)
+            for layer in reversed(range(n_layers)):
+                grads[2 * layer] = acts[layer].T @ grad
+                grads[2 * layer + 1] = grad.sum(axis=0)
+                if layer:
+                    grad = (grad @ params[2 * layer].T) * (acts[layer] > 0)
+            step += 1
+            corr = math.sqrt(1 - ADAM_BETA2**step) / (1 - ADAM_BETA1**step)
+            for p, g, mm, vv in zip(params, grads, m, v, strict=True):
+                mm *= ADAM_BETA1
+                mm += (1 - ADAM_BETA1) * g
+                vv *= ADAM_BETA2
+                vv += (1 - ADAM_BETA2) * g * g
+                p -= ADAM_LR * corr * mm / (np.sqrt(vv) + ADAM_EPS)
+
+    def predict(Z):
+        h = np.asarray(Z, dtype=float)
+        for layer in range(n_layers):
+            h = h @ params[2 * layer] + params[2 * layer + 1]
+            h = np.maximum(h, 0) if layer < n_layers - 1 else h
+        return (h[:, 0] > 0).astype(int)
+
+    return predict
+
+
+def train_classifier(kind: str, X, y, rng: np.random.Generator, settings: ReleaseEvaluation):
+    """A 0/1 predictor trained on (X, y): the MLP, or a regressor on the 0/1 label whose clipped output is rounded."""
+    if kind == "mlp":
+        return train_mlp(X, y, rng, settings.mlp_epochs)
+    if kind == "lr":
+        from sklearn.linear_model import LinearRegression
+
+        model = LinearRegression().fit(X, y)
+    else:
+        from sklearn.ensemble import RandomForestRegressor
+
+        from privfair_cli.sweep import thread_cap
+
+        # the trees are seeded, so the forest is the same for any number of worker threads
+        model = RandomForestRegressor(n_estimators=settings.rf_trees, n_jobs=thread_cap(),
+                                      random_state=int(rng.integers(2**31))).fit(X, y)
+    return lambda Z: np.rint(np.clip(model.predict(Z), 0, 1)).astype(int)
+
+
+def downstream_metrics(synth: pd.DataFrame, test, roles: dict, settings: ReleaseEvaluation,
+                       rng: np.random.Generator) -> dict[str, float]:
+    """Train on the synthetic table, test on real data (§9 items 4-5). `roles`: attribute names per role
+    (`outcome`, `admissible`, in column order). The first classifier also fills the unsuffixed keys (`accuracy`,
+    `risk_difference` (signed DP), the gaps); each classifier's numbers are also keyed `<metric>_<classifier>`.
+    The gaps are between the card's s = 1 and s = 0; for each attribute in the card's `roles.audit` they are also
+    computed between its codes 1 and 0 (rows with other codes left out), keyed `<gap>_<attribute>`: the
+    reference code's `S == 1` / `S == 0` comparison applied to a multi-valued protected attribute."""
+    outcome = roles["outcome"][0]
+    y_real = test.frame[outcome].to_numpy()
+    if not np.array_equal(y_real == 1, test.y.astype(bool)):
+        raise DataError(f"data={test.name}: the outcome {outcome} must be coded 1 = the card's positive label")
+    if test.s is None:
+        raise DataError(f"data={test.name}: the fairness metrics need the card's `sensitive` attribute")
+    feats = [c for c in synth.columns if c != outcome]
+    _, groups = np.unique(test.frame[list(roles["admissible"])].to_numpy(), axis=0, return_inverse=True)
+    groups = groups.ravel()
+    audit = {}
+    for attr in (test.roles or {}).get("audit") or []:
+        if attr not in test.frame.columns:
+            raise DataError(f"data={test.name}: roles.audit names {attr!r}, not an attribute of its discrete view")
+        code = test.frame[attr].to_numpy()
+        audit[attr.lower()] = (code <= 1, code == 1)
+    out = {}
+    for n, kind in enumerate(settings.classifier_list()):
+        predict = train_classifier(kind, synth[feats].to_numpy(float), (synth[outcome].to_numpy() == 1).astype(
+            float), rng, settings)
+        yhat = predict(test.frame[feats].to_numpy(float))
+        m = {"accuracy": float(np.mean(yhat == test.y))} | metrics.fairness_gaps(yhat, test.y, test.s, groups)
+        m["risk_difference"] = metrics.GroupRates(test.y, yhat, test.s).difference("positive_rate")
+        for name, (rows, s) in audit.items():
+            gaps = metrics.fairness_gaps(yhat[rows], test.y[rows], s[rows], groups[rows])
+            m |= {f"{k}_{name}": v for k, v in gaps.items()}
+        out |= {f"{k}_{kind}": v for k, v in m.items()}
+        if n == 0:
+            out |= m
+    return out
