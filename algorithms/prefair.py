@@ -31,14 +31,20 @@ Deviations and choices (prefair.md §11 item numbers):
   code's skip-after-remove bug (its trees can be unfair: `tree_fair` is then 0 instead of an error).
   A9: outcome-outcome edges are allowed (the paper's rule).
 - A10: Adult's admissible set is the reference code's; `admissible: [...]` overrides the card's roles.
-- A11: int(Nhat) rows by default; `rows: n_original` releases len(data) rows (n is then not protected).
-- Metrics (§9): TVD over marginals with <= `max_cells` cells; ACD both as Bergsma's corrected Cramér's V
-  (`acd`) and the reference code's variant (`acd_ref_code`, A13, as the spec describes it); conditional gaps
-  both as the reference code's per-group means (`cdp`, ...) and the seed's weighted form (`cdp_weighted`, A14).
-  TVD and ACD compare with the released (training) table; downstream models train on synthetic data and
-  are tested on the run's test split; set `data.test_size=0`
-  for the paper's protocol (test = the full real data, A15). "Linear regression" predictions are clipped to
-  [0, 1] before rounding. The MLP is the reference code's Keras net rebuilt in numpy.
+- A11: int(Nhat) rows by default; `rows: n_original` releases len(data) rows: the exact count is released outside
+  the ledger, so such a run claims `heuristic` (`claims()`; the zCDP proof holds only where n is public).
+- eps = inf is the noise-free limit: rho = inf in the ledger, exact marginals, the best tree (selection by
+  argmax); the estimator keeps the variance ratios of sigma = 1 (it uses variances only through their ratios).
+- Evaluation (§9) is the runner's generator evaluator (`privfair_cli/evaluate.py`): TVD / ACD in
+  `privfair_cli/metrics.py` (marginals with <= `max_cells` cells; ACD both as Bergsma's corrected Cramér's V, `acd`,
+  and the reference code's variant, `acd_ref_code`, A13; conditional gaps both as the reference code's per-group
+  means, `cdp`, ..., and the seed's weighted form, `cdp_weighted`, A14), downstream classifiers in
+  `privfair_cli/downstream.py` (the reference code's MLP rebuilt in numpy; "linear regression" clipped to [0, 1]
+  before rounding). TVD and ACD compare with the released (training) table; downstream models train on
+  synthetic data and are tested on the run's test split; set `data.test_size=0` for the paper's protocol
+  (test = the full real data, A15).
+- A card without a `discrete:` view or without `roles.outcome` / `roles.admissible` is refused in one line naming
+  the key to add.
 - Compas gaps: the published cells are labelled `sensitive=sex`, but the published MST gaps (DP ~0.25 at every
   eps) match the gaps between Race codes 1 and 0 (African-American vs Caucasian), not Sex (~0.05): the card's
   `roles.audit: [Race]` adds those gaps as `dp_race`, ..., and the Compas comparisons use them, with the Sex
