@@ -1,66 +1,82 @@
 """Private causal discovery (Xu thesis ch. 4; spec privpc.md): `pc`, `lapmech`, `privpc`, `privpc_star`.
 
-One PC core: `skeleton` (PC-stable, Colombo & Maathuis; Algorithm 2 with adjacency sets frozen per level,
-privpc.md §1.3) and `orient` (unshielded colliders from the separating sets, then Meek rules R1-R3, giving a
-CPDAG). The conditional-independence tests live in `citests.py` behind one batched interface; the private
-variants plug in as tests or as a selection rule:
+One PC core: `skeleton` (the level loop of Algorithm 2: orders 0, 1, ... until no node has enough neighbours)
+driven by a selection rule that decides, level by level, which edges to delete, and `orient` (unshielded
+colliders from the separating sets, then Meek rules R1-R3, giving a CPDAG). The conditional-independence tests
+live in `citests.py` behind one batched interface. The four learners differ only in their test or their rule:
 
-- `pc`: G^2 on the data (categorical) or Fisher z on the sample correlation (Gaussian). No privacy.
-- `lapmech` (§4): Laplace(1/eps) on every cell of the full contingency table, then `pc` with G^2 on its clipped
-  marginals. eps-DP (one release, sensitivity 1 under add/remove-one).
-- `privpc` (§3, Algorithms 3-4): per node and order, the number of neighbours to cut (exponential mechanism on
-  q2) and which ones (beta draws of the exponential mechanism on q1) are chosen privately from distance scores.
-  eps-DP by sequential composition of the rounds (Theorem 5), each round eps_r = eps1 + eps2.
+- `pc`: rule `PCStable` (Colombo & Maathuis; privpc.md §1.3: adjacency sets frozen per level) with G^2 on the
+  data (categorical) or Fisher z on the sample correlation (numerical). No privacy.
+- `lapmech` (§4): Laplace(1/eps) on every cell of the full contingency table, then `PCStable` with G^2 on its
+  clipped marginals. eps-DP (one release, sensitivity 1 under add/remove-one).
+- `privpc` (§3, Algorithms 3-4): rule `PrivateSelection`: per node and order, the number of neighbours to cut
+  (exponential mechanism on q2) and which ones (beta draws of the exponential mechanism on q1) are chosen from
+  distance scores; every draw is charged to the run's ledger, and a round runs only while the ledger has eps_r
+  left. Guarantee `heuristic` (see below).
 - `privpc_star` (§5): Laplace noise on the lower triangle of the covariance matrix with the thesis' sensitivity
-  p(p+1)/(2(n-1)) (Eq. 4.5), then Gaussian `pc` on the noisy correlation. eps-DP only under the proof's
-  assumption ||x||^2 <= p per record (see deviations).
+  p(p+1)/(2(n-1)) (Eq. 4.5), then `PCStable` with Fisher z on the noisy correlation. Guarantee `heuristic`.
 
-Evaluation (§1.5) compares skeletons in two readings, both in every result: `*_textbook` (pcalg
-`compareGraphs(est, true)`: tpr = recall, tdr = precision, fpr = false edges / true gaps) and `*_pub` (the
-same function with the graphs swapped, which is what the thesis' tables print: tpr_pub = precision,
-tdr_pub = recall, fpr_pub = missed true edges / gaps of the estimate). Without a generating graph (Adult), the
-reference is the non-private `pc` skeleton of the same data, as in §4.6.3.
+Evaluation is the runner's graph evaluator (`privfair_cli/evaluate.py`, metrics in `metrics.graph_recovery`):
+against the generating graph, or, for data without one (Adult), against the learner's non-private reference
+(`reference_graph`: PC with the same test on the same data, §4.6.3), cached on disk.
+
+Guarantees (what `claims()` returns, and why):
+- `lapmech`: eps-DP.
+- `privpc`: heuristic. Corollaries 1-2 give q1, q2 sensitivity 1 for the exact distance score; the score here is
+  a greedy search (P3), an upper bound of the exact minimum, whose sensitivity is not proven (spec §3.4).
+- `privpc_star`: heuristic. The thesis' sensitivity assumes ||x||^2 <= p per record (P14) and, as the spec notes
+  (§5.7), drops the change of the mean: for rows that satisfy the bound it is too small by a factor of about 4
+  (n equal rows x = 1 and one added row -1 move the covariance's lower triangle by 2p(p+1)/(n+1) in L1; a test
+  checks this). `row_clip: true` (default) enforces the norm bound; `row_clip: false` (the thesis' raw data,
+  used by the Table 4.8-4.11 presets) does not, and says so in the run's warnings and its ledger note.
+- `pc`: none (non-private).
+
+Warnings (`Plugin.warn`, written to the result and printed by `privfair run`): `pc` on data without a generating graph (its reference is
+itself, so its edge metrics are 1 by construction); `privpc_star` on categorical data (the Fisher z test reads
+the category codes as numbers) or without row clipping; `privpc` whose fixed per-round budget ran out before the
+last order (the remaining nodes keep their edges).
 
 Deviations from the thesis, all chosen by the spec (privpc.md §0, §8):
 - PrivPC's sign convention is the corrected one (§3.3): positive distance = independent = deletion candidate;
   `sign_convention: thesis` reproduces Eq. 4.1/4.2 as printed (it selects the dependent neighbours).
-- Distance scores use the k* - 1 offset and a cap d_max (P3), found by a greedy search: the greedy count is an
-  upper bound of the exact minimum, so sensitivity 1 (Corollaries 1-2) is not formally guaranteed for it.
+- Distance scores use the k* - 1 offset and a cap d_max (P3), found by a greedy search.
 - PrivPC's budget schedule (P5) is not in the thesis: eps_r = eps / (p (L + 1)), eps1 = eps2 = eps_r / 2,
   L = `max_order` = 2 (the Adult preset sets L = p - 2, no cap); when beta_hat = 0 the unused eps1 is still
-  charged.
+  charged. `round_budget: fixed:<eps_r>` larger than eps is refused (no round could run).
 - PC is PC-stable (pcalg's default, P10); orientation uses sepsets (P8) and the standard Meek R3 (P9); colliders
   never re-orient an already oriented edge (conflicts: the first orientation is kept).
 - G^2 keeps pcalg's small-sample rule (p-value 1 when n < 10 df); LapMech clips noisy marginal cells at 0 and
   uses the public n (P16). LapMech refuses full tables above `max_cells` (2^29 cells).
-- PrivPC*'s privacy proof assumes every record has ||x||^2 <= p (P14), which raw simulated data violate. By
-  default (`row_clip: true`) rows are rescaled to norm <= sqrt(p) before the covariance is released, a
-  data-independent step that makes the bound, and so the eps-DP claim, hold. `row_clip: false` is the thesis'
-  unclipped construction, used by the Table 4.8-4.11 presets to reproduce the printed numbers; those runs are
-  not formally private and say so (`formally_private = 0` in their metrics, and in the ledger note).
+- PrivPC* runs on the raw covariance (no standardisation, §5 step 1); `row_clip` rescales rows to norm <= sqrt(p)
+  without standardising columns first (§5 step 6 standardises: not done, so that clipped runs stay comparable).
+- On categorical data PrivPC* (Fisher z) reads the category codes as numbers (not in the thesis, which runs it on
+  Gaussian data only).
 - CI tests are counted once per distinct test computed (pcalg repeats order-0 tests of dependent pairs).
 """
 
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass, field
 from functools import lru_cache
 from itertools import combinations
 from math import comb
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 from scipy.special import comb as ncomb
 
-from privfair_cli import metrics as core_metrics
 from privfair_cli import plots
 from privfair_cli.errors import ConfigError, DataError
 from privfair_cli.privacy.mechanisms import exponential, laplace
 from privfair_cli.registry import Plugin, register
+from privfair_cli.typed import bounds
 
 from .citests import FisherZ, GSquare, NoisyTableGSquare, distance_scores
 
 WAVE_TESTS = 256  # tests per batch in the skeleton search (speculative beyond an edge's first independence)
+BUDGET_SLACK = 1e-9  # relative float tolerance when checking that a PrivPC round still fits the ledger's budget
 
 
 # ---------------------------------------------------------------------------------------------- subsets
@@ -85,47 +101,136 @@ def conditioning_sets(adj: np.ndarray, x: np.ndarray, y: np.ndarray, k: np.ndarr
 
 
 # ---------------------------------------------------------------------------------------------- PC core
-def skeleton(test, tau: float, max_order: int | None = None, wave: int = WAVE_TESTS):
-    """PC-stable skeleton. For every edge a - b (a < b) of the level's frozen graph, the subsets of
-    adj(a) \\ {b} and then of adj(b) \\ {a} are tested in lexicographic order until one gives p-value > tau
-    (pcalg's order: the smaller index's side first). Tests run in vectorised waves over all pending edges.
+def skeleton(test, tau: float, max_order: int | None = None, rule=None):
+    """The level loop of PC (Algorithm 2, privpc.md §1.3): start from the complete graph; for ord = 0, 1, ...
+    (up to `max_order`) while some node has more than ord neighbours, let the selection `rule` (default
+    `PCStable(test, tau)`) name the edges to delete at this level, each with its separating set. Deletions
+    are applied as the rule yields them, so a rule that reads `adj` between yields sees them (Algorithm 3); a
+    rule can end the search early (`rule.exhausted`, e.g. its budget is spent).
     Returns (adjacency, sepset, stats)."""
+    rule = PCStable(test, tau) if rule is None else rule
     p = test.n_vars
     adj = ~np.eye(p, dtype=bool)
     sepset: dict[tuple[int, int], tuple[int, ...]] = {}
-    n_tests, order = 0, 0
-    while max_order is None or order <= max_order:
+    order = 0
+    while (max_order is None or order <= max_order) and (adj.sum(1) > order).any():
+        for i, j, S in rule.level(adj, order):
+            adj[i, j] = adj[j, i] = False
+            sepset[(i, j)] = sepset[(j, i)] = S
+        if rule.exhausted:
+            break
+        order += 1
+    return adj, sepset, dict(rule.stats) | {"max_order_reached": order - 1}
+
+
+class PCStable:
+    """PC-stable's selection rule. For every edge a - b (a < b) of the level's frozen graph, the subsets of
+    adj(a) \\ {b} and then of adj(b) \\ {a} are tested in lexicographic order until one gives p-value > tau
+    (pcalg's order: the smaller index's side first); that edge goes, with that subset as its separating set.
+    Tests run in vectorised waves over all pending edges."""
+
+    exhausted = False
+
+    def __init__(self, test, tau: float, wave: int = WAVE_TESTS):
+        self.test, self.tau, self.wave = test, tau, wave
+        self.stats = {"ci_tests": 0}
+
+    def level(self, adj: np.ndarray, order: int):
         frozen = adj.copy()
         deg = frozen.sum(1)
         a, b = np.nonzero(np.triu(frozen, 1))
         ma, mb = deg[a] - 1, deg[b] - 1
-        if not ((ma >= order) | (mb >= order)).any():
-            break
         La = np.where(ma >= order, ncomb(ma, order, exact=False), 0).astype(np.int64)
         Lb = np.where((mb >= order) & (order > 0), ncomb(mb, order, exact=False), 0).astype(np.int64)
         L = La + Lb
         pos = np.zeros(len(a), dtype=np.int64)
         pending = np.flatnonzero(L > 0)
         while len(pending):
-            cnt = np.minimum(max(1, wave // len(pending)), L[pending] - pos[pending])
+            cnt = np.minimum(max(1, self.wave // len(pending)), L[pending] - pos[pending])
             starts = np.concatenate([[0], np.cumsum(cnt)[:-1]])
             e = np.repeat(pending, cnt)
             k = pos[e] + np.arange(cnt.sum()) - np.repeat(starts, cnt)
             side_b = k >= La[e]
             x, y = np.where(side_b, b[e], a[e]), np.where(side_b, a[e], b[e])
             S = conditioning_sets(frozen, x, y, np.where(side_b, k - La[e], k), order)
-            indep = test.pvalues(x, y, S) > tau
+            indep = self.test.pvalues(x, y, S) > self.tau
             first = np.minimum.reduceat(np.where(indep, np.arange(len(e)), len(e)), starts)
             cut = first < len(e)
-            n_tests += int(np.where(cut, first - starts + 1, cnt).sum())
+            self.stats["ci_tests"] += int(np.where(cut, first - starts + 1, cnt).sum())
             for t in first[cut]:
-                i, j = int(x[t]), int(y[t])
-                adj[i, j] = adj[j, i] = False
-                sepset[(i, j)] = sepset[(j, i)] = tuple(int(v) for v in S[t])
+                yield int(x[t]), int(y[t]), tuple(int(v) for v in S[t])
             pos[pending] += cnt
             pending = pending[~cut & (pos[pending] < L[pending])]
-        order += 1
-    return adj, sepset, {"ci_tests": n_tests, "max_order_reached": order - 1}
+
+
+class PrivateSelection:
+    """PrivPC's selection rule (Algorithms 3-4, privpc.md §3.2-3.3). At each level, nodes are visited in
+    ascending order with their current neighbours (deletions are immediate); a node with more than ord
+    neighbours gets one round: `find_priv_ind` chooses privately which neighbours to cut, at a cost of eps_r
+    charged to the ledger. A round runs only while the ledger has eps_r left (Theorem 5); otherwise the search
+    ends (`exhausted`)."""
+
+    def __init__(self, test, tau: float, eps_r: float, eps1_frac: float, sign: float, d_max: int, rng, ledger):
+        self.test, self.tau, self.rng, self.ledger = test, tau, rng, ledger
+        self.eps_r, self.eps1, self.eps2 = eps_r, eps1_frac * eps_r, eps_r - eps1_frac * eps_r
+        self.sign, self.d_max = sign, d_max
+        self.exhausted = False
+        self.stats = {"ci_tests": 0, "privpc_rounds": 0}
+
+    def affordable(self) -> bool:
+        return self.ledger.spent()[0] + self.eps_r <= self.ledger.budget.eps * (1 + BUDGET_SLACK)
+
+    def level(self, adj: np.ndarray, order: int):
+        for i in range(len(adj)):
+            Adj = np.flatnonzero(adj[i])
+            if len(Adj) < order + 1:
+                continue
+            if not self.affordable():
+                self.exhausted = True
+                return
+            ind, chosen_sets = self.find_priv_ind(i, Adj, order)
+            self.stats["privpc_rounds"] += 1
+            for j in ind:
+                yield i, j, chosen_sets[j]
+
+    def find_priv_ind(self, i: int, Adj: np.ndarray, order: int):
+        """Algorithm 4 (privpc.md §3.3): the neighbours of i to disconnect and every neighbour's sepset S_j."""
+        alpha = len(Adj)
+        combos = subsets(alpha - 1, order)
+        others = np.array([np.delete(Adj, t) for t in range(alpha)])  # (alpha, alpha - 1)
+        j_of = np.repeat(np.arange(alpha), len(combos))
+        S = others[j_of][np.arange(len(j_of))[:, None], np.tile(combos, (alpha, 1))] if order else \
+            np.zeros((alpha, 0), dtype=np.int64)
+        pv = self.test.pvalues(np.full(len(j_of), i), Adj[j_of], S).reshape(alpha, -1)
+        self.stats["ci_tests"] += alpha * len(combos)
+        best = pv.argmax(1)  # S_j = argmax_S pv(j, S), first in lexicographic order
+        S_j = S.reshape(alpha, len(combos), order)[np.arange(alpha), best]
+        pv_j = pv[np.arange(alpha), best]
+        d = self.sign * distance_scores(self.test, np.full(alpha, i), Adj, S_j, self.tau, self.d_max)
+        indep = (pv_j > self.tau) if self.sign > 0 else (pv_j <= self.tau)
+        srt = np.argsort(-d, kind="stable")
+        where = f"node {i} order {order}"
+        beta = exponential(q2_scores(d[srt], indep[srt]), 1.0, self.eps2, self.rng, self.ledger,
+                           f"privpc beta_hat {where}")
+        remaining, ind = list(range(alpha)), []
+        if beta == 0:
+            self.ledger.spend_pure("exponential", self.eps1, 1.0, f"privpc eps1 unused (beta_hat=0) {where}")
+        for _ in range(beta):
+            t = exponential(d[remaining], 1.0, self.eps1 / beta, self.rng, self.ledger, f"privpc select {where}")
+            ind.append(int(Adj[remaining.pop(t)]))
+        return ind, {int(Adj[t]): tuple(int(v) for v in S_j[t]) for t in range(alpha)}
+
+
+def q2_scores(d: np.ndarray, ind: np.ndarray) -> np.ndarray:
+    """Quality of cutting t = 0..alpha neighbours (corrected Eqs. 4.2-4.4) from the distance scores sorted in
+    decreasing order `d` and their independence flags `ind`; sensitivity 1."""
+    alpha = len(d)
+    q = np.empty(alpha + 1)
+    q[0] = -d[0] - 1 if ind[0] else -d[0]
+    q[alpha] = d[-1] - 1 if not ind[-1] else d[-1]
+    lo, hi, ilo, ihi = d[:-1], d[1:], ind[:-1], ind[1:]
+    q[1:alpha] = np.where(ilo & ~ihi, np.minimum(lo, -hi) - 1, np.where(ilo & ihi, -hi, lo))
+    return q
 
 
 def orient(adj: np.ndarray, sepset: dict) -> np.ndarray:
@@ -159,46 +264,6 @@ def orient(adj: np.ndarray, sepset: dict) -> np.ndarray:
             return A
 
 
-# ---------------------------------------------------------------------------------------------- metrics
-def compare_graphs(est, true) -> tuple[float, float, float]:
-    """pcalg `compareGraphs(gl = est, gt = true)` on skeletons: (tpr, fpr, tdr) with its edge-case rules."""
-    e, t = _skeleton_edges(est), _skeleton_edges(true)
-    n_true, n_est, shared = int(t.sum()), int(e.sum()), int((t & e).sum())
-    gaps = len(t) - n_true
-    fpr = 1.0 if gaps == 0 else int((e & ~t).sum()) / gaps
-    tpr = 0.0 if n_true == 0 else shared / n_true
-    tdr = (1.0 if shared == 0 else 0.0) if n_est == 0 else shared / n_est
-    return tpr, fpr, tdr
-
-
-def _skeleton_edges(adj) -> np.ndarray:
-    a = np.asarray(adj) != 0
-    a = a | a.T
-    return a[np.triu_indices_from(a, k=1)]
-
-
-def skeleton_textbook(est, true) -> dict[str, float]:
-    """Thesis definitions (4.6): tpr = recall, fpr = false edges / true gaps, tdr = precision, fdr = 1 - tdr."""
-    tpr, fpr, tdr = compare_graphs(est, true)
-    return {"tpr_textbook": tpr, "fpr_textbook": fpr, "tdr_textbook": tdr, "fdr_textbook": 1 - tdr}
-
-
-def skeleton_published(est, true) -> dict[str, float]:
-    """The reading the thesis' tables print (privpc.md §0.1): compareGraphs with the graphs swapped, so
-    tpr_pub = precision, tdr_pub = recall, fpr_pub = missed true edges / gaps of the estimate."""
-    tpr, fpr, tdr = compare_graphs(true, est)
-    return {"tpr_pub": tpr, "fpr_pub": fpr, "tdr_pub": tdr, "fdr_pub": 1 - tdr}
-
-
-def skeleton_metrics(est, true) -> dict[str, float]:
-    """The core graph metrics (`edge_tpr`, `edge_fpr`, `edge_tdr`, `edge_fdr`, `shd`: textbook reading, NaN where a
-    rate is undefined), both pcalg readings with pcalg's edge-case rules, and edge counts."""
-    e, t = _skeleton_edges(est), _skeleton_edges(true)
-    counts = {"true_edges": int(t.sum()), "num_edges": int(e.sum()), "shared_edges": int((t & e).sum())}
-    return (core_metrics.graph_recovery(true, est) | skeleton_textbook(est, true) | skeleton_published(est, true)
-            | counts)
-
-
 # ---------------------------------------------------------------------------------------------- artifacts
 def edge_list(A: np.ndarray, names) -> str:
     """CSV `source,target,type` with type `directed` (source -> target) or `undirected`."""
@@ -213,63 +278,124 @@ def edge_list(A: np.ndarray, names) -> str:
 # ---------------------------------------------------------------------------------------------- data views
 def categorical_view(data) -> tuple[np.ndarray, np.ndarray]:
     if data.frame is None or not data.domain:
-        raise DataError(f"data={data.name}: a G^2 test needs a categorical dataset (a card with a discrete view)")
+        raise DataError(f"data={data.name}: a G^2 test needs a categorical dataset (a card with a discrete view); "
+                        "on numerical data use algo=pc (Fisher z) or algo=privpc_star")
     cols = list(data.frame.columns)
     return data.frame[cols].to_numpy(np.int64), np.array([data.domain[c] for c in cols])
 
 
+def numeric_view(data) -> tuple[np.ndarray, bool]:
+    """The nodes as numbers, for the Fisher z test: the discrete view's codes where the data have one (the same
+    nodes as the G^2 learners and `node_names`), else the features; and whether they are category codes."""
+    if data.frame is not None and data.domain:
+        return categorical_view(data)[0].astype(float), True
+    return np.asarray(data.X, dtype=float), False
+
+
 def node_names(data) -> list[str]:
-    return list(data.frame.columns) if data.frame is not None else list(data.feature_names)
+    return list(data.frame.columns) if data.frame is not None and data.domain else list(data.feature_names)
+
+
+def data_test(data, test: str, **options):
+    """The non-private CI test `test` (g2 | chi2 | fisher_z) on the data itself; `options` go to `GSquare`."""
+    if test == "fisher_z":
+        X, _ = numeric_view(data)
+        return FisherZ(np.corrcoef(X, rowvar=False), len(X))
+    codes, cats = categorical_view(data)
+    return GSquare(codes, cats, test, **options)
+
+
+# ---------------------------------------------------------------------------------------------- configs
+@dataclass(frozen=True)
+class GraphConfig:
+    """Keys every PC learner has (configs/algo/<name>.yaml holds the values)."""
+
+    tau: float = field(metadata=bounds(gt=0, lt=1))
+    max_order: int | None = field(metadata=bounds(ge=0))
+    draw_max_nodes: int = field(metadata=bounds(ge=0))
+
+
+@dataclass(frozen=True)
+class PCConfig(GraphConfig):
+    ci_test: Literal["auto", "g2", "chi2", "fisher_z"]
+    n_min_factor: float = field(metadata=bounds(ge=0))
+    df: Literal["fixed", "adaptive"]
+
+
+@dataclass(frozen=True)
+class LapMechConfig(GraphConfig):
+    ci_test: Literal["g2", "chi2"]
+    n_min_factor: float = field(metadata=bounds(ge=0))
+    max_cells: int = field(metadata=bounds(gt=0))
+
+
+@dataclass(frozen=True)
+class PrivPCConfig(GraphConfig):
+    max_order: int = field(metadata=bounds(ge=0))  # L enters the per-round budget eps / (p (L + 1)): no null
+    n_min_factor: float = field(metadata=bounds(ge=0))
+    eps1_frac: float = field(metadata=bounds(gt=0, lt=1))
+    round_budget: str
+    d_max: int = field(metadata=bounds(ge=1))
+    sign_convention: Literal["corrected", "thesis"]
+
+    def __post_init__(self):
+        round_eps(self.round_budget)
+
+
+def round_eps(round_budget: str) -> float | None:
+    """The per-round eps of `round_budget: fixed:<eps_r>`; None for `uniform` (eps / (p (L + 1)), §3.6)."""
+    if round_budget == "uniform":
+        return None
+    text = round_budget.removeprefix("fixed:")
+    try:
+        value = float(text) if text != round_budget else float("nan")
+    except ValueError:
+        value = float("nan")
+    if not 0 < value < float("inf"):
+        raise ConfigError(f"algo.round_budget={round_budget!r} is not allowed; expected uniform or "
+                          "fixed:<per-round eps > 0>")
+    return value
+
+
+@dataclass(frozen=True)
+class PrivPCStarConfig(GraphConfig):
+    row_clip: bool
 
 
 # ---------------------------------------------------------------------------------------------- plugins
 class PCFamily(Plugin):
-    """Shared by the four learners: the CI test set-up, the orientation, evaluation and artifacts."""
+    """Shared by the four learners: fit = skeleton phase (`learn`) + orientation; the reference graph for
+    data without a generating graph; warnings; artifacts."""
 
     kind = "graph"
     mechanisms = ()
-
-    def __init__(self, mechanism=None, **params):
-        super().__init__(**params)
-        self.tau = float(params.get("tau", 0.01))
-        self.max_order = params.get("max_order")
-        self.stats: dict[str, float] = {}
-
-    def ci_test_name(self, data) -> str:
-        name = self.params.get("ci_test", "auto")
-        if name == "auto":
-            return "g2" if data.frame is not None and data.domain else "fisher_z"
-        if name not in ("g2", "chi2", "fisher_z"):
-            raise ConfigError(f"algo.ci_test={name!r} is unknown; allowed: auto, g2, chi2, fisher_z")
-        return name
-
-    def data_test(self, data):
-        """The non-private test on the data itself (`pc`, and the reference graph when there is no truth)."""
-        name = self.ci_test_name(data)
-        if name == "fisher_z":
-            return FisherZ(np.corrcoef(np.asarray(data.X, float), rowvar=False), len(data))
-        codes, cats = categorical_view(data)
-        return GSquare(codes, cats, name, float(self.params.get("n_min_factor", 10)), self.params.get("df", "fixed"))
 
     def learn(self, data, budget, ledger, rng):
         """(adjacency, sepset, stats) of the private or non-private skeleton phase."""
         raise NotImplementedError
 
+    def reference(self) -> dict:
+        """The non-private test this learner privatises, as `data_test` arguments (§4.6.3: the reference graph
+        for data without a generating graph is PC with it on the same data)."""
+        raise NotImplementedError
+
     def fit(self, data, budget, ledger, rng, device="cpu"):
         t0 = time.perf_counter()
         self.names = node_names(data)
+        self.true_dag = data.meta.get("true_adjacency")
         self.adjacency, self.sepset, self.stats = self.learn(data, budget, ledger, rng)
         self.cpdag = orient(self.adjacency, self.sepset)
         self.stats["runtime_seconds"] = time.perf_counter() - t0
-        self.true_dag = data.meta.get("true_adjacency")
         return self
 
-    def evaluate(self, train, test, rng) -> dict[str, float]:
-        reference = train.meta.get("true_adjacency")
-        if reference is None:  # no generating graph: the non-private PC skeleton of the same data (§4.6.3)
-            reference, _, _ = skeleton(self.data_test(train), self.tau)
-            self.reference = reference
-        return skeleton_metrics(self.adjacency, reference)
+    def reference_settings(self) -> dict:
+        """What the reference graph depends on besides the data (the evaluator's cache key)."""
+        return {"algorithm": "pc-stable", "tau": self.cfg.tau} | self.reference()
+
+    def reference_graph(self, data) -> np.ndarray:
+        """Non-private PC-stable with `reference()`'s test on `data`, no order cap: the skeleton to compare
+        with when the data have no generating graph."""
+        return skeleton(data_test(data, **self.reference()), self.cfg.tau)[0]
 
     def extra_metrics(self) -> dict[str, float]:
         return {k: float(v) for k, v in self.stats.items()}
@@ -278,12 +404,12 @@ class PCFamily(Plugin):
         run_dir = Path(run_dir)
         run_dir.mkdir(parents=True, exist_ok=True)
         (run_dir / "graph_edges.csv").write_text(edge_list(self.cpdag, self.names))
-        truth = self.true_dag if self.true_dag is not None else getattr(self, "reference", None)
+        truth = self.true_dag if self.true_dag is not None else getattr(self, "reference_adjacency", None)
         if self.true_dag is not None:
             (run_dir / "true_dag_edges.csv").write_text(edge_list(np.asarray(self.true_dag).astype(int), self.names))
-        if len(self.names) <= int(self.params.get("draw_max_nodes", 20)):
+        if len(self.names) <= self.cfg.draw_max_nodes:
             plots.graph(self.cpdag, self.names, run_dir / "graph.png", truth,
-                       f"{self.name}: {int(_skeleton_edges(self.cpdag).sum())} edges")
+                        f"{self.name}: {int(np.triu(self.adjacency, 1).sum())} edges")
 
 
 @register
@@ -292,9 +418,25 @@ class PC(PCFamily):
 
     name = "pc"
     private = False
+    guarantee = "none"
+    Config = PCConfig
 
     def learn(self, data, budget, ledger, rng):
-        return skeleton(self.data_test(data), self.tau, self.max_order)
+        test = self.cfg.ci_test
+        if test == "auto":
+            test = "g2" if data.frame is not None and data.domain else "fisher_z"
+        self.test_name = test
+        if self.true_dag is None:
+            self.warn(f"data={data.name} has no generating graph: the reference graph is pc itself on the "
+                              "same data, so the edge metrics are 1 by construction (only the graph and its size "
+                              "mean something)")
+        return skeleton(data_test(data, **self.reference()), self.cfg.tau, self.cfg.max_order)
+
+    def reference(self) -> dict:
+        return {"test": self.test_name, "n_min_factor": self.cfg.n_min_factor, "df": self.cfg.df}
+
+    def reference_graph(self, data) -> np.ndarray:
+        return self.adjacency.copy() if self.cfg.max_order is None else super().reference_graph(data)
 
 
 def noisy_contingency_table(codes: np.ndarray, cats, eps: float, rng, ledger) -> np.ndarray:
@@ -312,8 +454,8 @@ def noisy_contingency_table(codes: np.ndarray, cats, eps: float, rng, ledger) ->
 
 
 def noisy_covariance(X: np.ndarray, eps: float, rng, ledger, note: str = "") -> np.ndarray:
-    """Sample covariance (ddof 1) plus Laplace noise on its lower triangle, mirrored; sensitivity
-    p(p+1)/(2(n-1)) from Eq. 4.5, valid for records with ||x||^2 <= p."""
+    """Sample covariance (ddof 1) plus Laplace noise on its lower triangle, mirrored, with the thesis'
+    sensitivity p(p+1)/(2(n-1)) (Eq. 4.5; see the module docstring for why it is too small)."""
     n, p = X.shape
     sigma = np.cov(X, rowvar=False, ddof=1)
     lower = np.tril_indices(p)
@@ -323,10 +465,10 @@ def noisy_covariance(X: np.ndarray, eps: float, rng, ledger, note: str = "") -> 
     return np.tril(noisy) + np.tril(noisy, -1).T
 
 
-def noisy_correlation(X: np.ndarray, eps: float, rng, ledger, row_clip: bool = True) -> np.ndarray:
+def noisy_correlation(X: np.ndarray, eps: float, rng, ledger, row_clip: bool) -> np.ndarray:
     """PrivPC*'s private correlation (privpc.md §5 steps 1-4): noisy covariance scaled by its noisy variances;
     NaN where a noisy variance is not positive (the Fisher z test reads NaN as independence). `row_clip`
-    rescales rows to norm <= sqrt(p) first (independent of the data), so that the sensitivity holds."""
+    rescales rows to norm <= sqrt(p) first (independent of the data), the bound the sensitivity assumes."""
     if row_clip:
         X = X / np.maximum(1.0, np.linalg.norm(X, axis=1) / np.sqrt(X.shape[1]))[:, None]
     noisy = noisy_covariance(X, eps, rng, ledger, note="" if row_clip else "rows not clipped: not formally private")
@@ -343,19 +485,21 @@ class LapMech(PCFamily):
 
     name = "lapmech"
     mechanisms = ("laplace",)
+    Config = LapMechConfig
 
     def learn(self, data, budget, ledger, rng):
         codes, cats = categorical_view(data)
         cells = int(np.prod(cats, dtype=np.float64))
-        max_cells = int(self.params.get("max_cells", 2**29))
-        if cells > max_cells:
-            raise DataError(f"lapmech: the full table has {cells:.3g} cells > algo.max_cells={max_cells}; "
-                            "use fewer/smaller variables (the dataset card's category cap)")
+        if cells > self.cfg.max_cells:
+            raise DataError(f"lapmech: data={data.name}'s full table has {cells:.3g} cells > "
+                            f"algo.max_cells={self.cfg.max_cells}; use fewer or coarser variables")
         table = noisy_contingency_table(codes, cats, budget.eps, rng, ledger)
-        test = NoisyTableGSquare(table, len(codes),
-                                 self.params.get("ci_test_stat", "g2"), float(self.params.get("n_min_factor", 10)))
-        adj, sep, stats = skeleton(test, self.tau, self.max_order)
+        test = NoisyTableGSquare(table, len(codes), self.cfg.ci_test, self.cfg.n_min_factor)
+        adj, sep, stats = skeleton(test, self.cfg.tau, self.cfg.max_order)
         return adj, sep, stats | {"table_cells": cells}
+
+    def reference(self) -> dict:
+        return {"test": self.cfg.ci_test, "n_min_factor": self.cfg.n_min_factor}
 
 
 @register
@@ -364,92 +508,54 @@ class PrivPCStar(PCFamily):
 
     name = "privpc_star"
     mechanisms = ("laplace",)
+    guarantee = "heuristic"
+    Config = PrivPCStarConfig
 
     def learn(self, data, budget, ledger, rng):
-        X = np.asarray(data.X, dtype=float)
-        row_clip = bool(self.params.get("row_clip", True))
-        rho = noisy_correlation(X, budget.eps, rng, ledger, row_clip)
-        adj, sep, stats = skeleton(FisherZ(rho, len(X)), self.tau, self.max_order)
-        return adj, sep, stats | {"nan_correlations": int(np.isnan(rho).sum()), "formally_private": int(row_clip)}
+        X, codes = numeric_view(data)
+        if codes:
+            self.warn(f"privpc_star's Fisher z test reads data={data.name}'s category codes as numbers "
+                              "(linear association of the codes; for nominal attributes it depends on the coding)")
+        if not self.cfg.row_clip:
+            self.warn("algo.row_clip=false: rows are not clipped to the norm bound ||x||^2 <= p that the "
+                              "noise scale assumes, so the released covariance has no privacy guarantee")
+        rho = noisy_correlation(X, budget.eps, rng, ledger, self.cfg.row_clip)
+        adj, sep, stats = skeleton(FisherZ(rho, len(X)), self.cfg.tau, self.cfg.max_order)
+        return adj, sep, stats | {"nan_correlations": int(np.isnan(rho).sum()), "rows_clipped": int(self.cfg.row_clip)}
+
+    def reference(self) -> dict:
+        return {"test": "fisher_z"}
 
 
 @register
 class PrivPC(PCFamily):
-    """`privpc`: Algorithms 3-4 with the corrected sign convention and the spec's budget schedule."""
+    """`privpc`: the PC core with PrivPC's selection rule (Algorithms 3-4), corrected sign convention, the
+    spec's budget schedule."""
 
     name = "privpc"
     mechanisms = ("exponential",)
+    guarantee = "heuristic"
+    Config = PrivPCConfig
 
     def learn(self, data, budget, ledger, rng):
         codes, cats = categorical_view(data)
-        test = GSquare(codes, cats, "g2", float(self.params.get("n_min_factor", 10)))
-        p = test.n_vars
-        L = int(self.params.get("max_order", 2))
-        schedule = str(self.params.get("round_budget", "uniform"))
-        eps_r = budget.eps / (p * (L + 1)) if schedule == "uniform" else float(schedule.removeprefix("fixed:"))
-        eps1 = float(self.params.get("eps1_frac", 0.5)) * eps_r
-        eps2 = eps_r - eps1
-        sign = {"corrected": 1.0, "thesis": -1.0}[self.params.get("sign_convention", "corrected")]
-        d_max = int(self.params.get("d_max", 1000))
-        adj = ~np.eye(p, dtype=bool)
-        sepset: dict[tuple[int, int], tuple[int, ...]] = {}
-        spent, rounds, n_tests, order = 0.0, 0, 0, 0
-        while order <= L and (adj.sum(1) >= order + 1).any():
-            for i in range(p):
-                Adj = np.flatnonzero(adj[i])
-                if len(Adj) < order + 1:
-                    continue
-                if spent + eps_r > budget.eps * (1 + 1e-9):
-                    break
-                ind, chosen_sets, tests = self.find_priv_ind(test, i, Adj, order, eps1, eps2, sign, d_max,
-                                                             rng, ledger)
-                for j in ind:
-                    adj[i, j] = adj[j, i] = False
-                    sepset[(i, j)] = sepset[(j, i)] = chosen_sets[j]
-                spent += eps_r
-                rounds += 1
-                n_tests += tests
-            else:
-                order += 1
-                continue
-            break
-        return adj, sepset, {"ci_tests": n_tests, "privpc_rounds": rounds, "max_order_reached": order - 1,
-                             "eps_per_round": eps_r}
+        test = GSquare(codes, cats, "g2", self.cfg.n_min_factor)
+        L = self.cfg.max_order
+        eps_r = round_eps(self.cfg.round_budget) or budget.eps / (test.n_vars * (L + 1))
+        if eps_r > budget.eps * (1 + BUDGET_SLACK):
+            raise ConfigError(f"algo.round_budget={self.cfg.round_budget} costs more than eps={budget.eps:g} per "
+                              "round: no round could run and the complete graph would be returned; use a "
+                              "per-round eps <= eps, or round_budget=uniform")
+        rule = PrivateSelection(test, self.cfg.tau, eps_r, self.cfg.eps1_frac,
+                                {"corrected": 1.0, "thesis": -1.0}[self.cfg.sign_convention], self.cfg.d_max,
+                                rng, ledger)
+        adj, sep, stats = skeleton(test, self.cfg.tau, L, rule)
+        if rule.exhausted:
+            self.warn(f"algo.round_budget={self.cfg.round_budget}: the budget ran out after "
+                              f"{rule.stats['privpc_rounds']} rounds, at order {stats['max_order_reached'] + 1}; "
+                              "the nodes not reached keep all their edges")
+        return adj, sep, stats | {"eps_per_round": eps_r}
 
-    def find_priv_ind(self, test, i, Adj, order, eps1, eps2, sign, d_max, rng, ledger):
-        """Algorithm 4 (privpc.md §3.3): returns the neighbours to disconnect, their sepsets, #CI tests."""
-        alpha = len(Adj)
-        combos = subsets(alpha - 1, order)
-        others = np.array([np.delete(Adj, t) for t in range(alpha)])  # (alpha, alpha - 1)
-        j_of = np.repeat(np.arange(alpha), len(combos))
-        S = others[j_of][np.arange(len(j_of))[:, None], np.tile(combos, (alpha, 1))] if order else \
-            np.zeros((alpha, 0), dtype=np.int64)
-        pv = test.pvalues(np.full(len(j_of), i), Adj[j_of], S).reshape(alpha, -1)
-        best = pv.argmax(1)  # S_j = argmax_S pv(j, S), first in lexicographic order
-        S_j = S.reshape(alpha, len(combos), order)[np.arange(alpha), best]
-        pv_j = pv[np.arange(alpha), best]
-        d = sign * distance_scores(test, np.full(alpha, i), Adj, S_j, self.tau, d_max)
-        indep = (pv_j > self.tau) if sign > 0 else (pv_j <= self.tau)
-        srt = np.argsort(-d, kind="stable")
-        beta = exponential(q2_scores(d[srt], indep[srt]), 1.0, eps2, rng, ledger,
-                           f"privpc beta_hat node {i} order {order}")
-        remaining, ind = list(range(alpha)), []
-        if beta == 0:
-            ledger.spend_pure("exponential", eps1, 1.0, f"privpc eps1 unused (beta_hat=0) node {i} order {order}")
-        for _ in range(beta):
-            t = exponential(d[remaining], 1.0, eps1 / beta, rng, ledger, f"privpc select node {i} order {order}")
-            ind.append(int(Adj[remaining.pop(t)]))
-        sets = {int(Adj[t]): tuple(int(v) for v in S_j[t]) for t in range(alpha)}
-        return ind, sets, alpha * len(combos)
+    def reference(self) -> dict:
+        return {"test": "g2", "n_min_factor": self.cfg.n_min_factor}
 
-
-def q2_scores(d: np.ndarray, ind: np.ndarray) -> np.ndarray:
-    """Quality of cutting t = 0..alpha neighbours (corrected Eqs. 4.2-4.4) from the distance scores sorted in
-    decreasing order `d` and their independence flags `ind`; sensitivity 1."""
-    alpha = len(d)
-    q = np.empty(alpha + 1)
-    q[0] = -d[0] - 1 if ind[0] else -d[0]
-    q[alpha] = d[-1] - 1 if not ind[-1] else d[-1]
-    lo, hi, ilo, ihi = d[:-1], d[1:], ind[:-1], ind[1:]
-    q[1:alpha] = np.where(ilo & ~ihi, np.minimum(lo, -hi) - 1, np.where(ilo & ihi, -hi, lo))
-    return q

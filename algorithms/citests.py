@@ -11,6 +11,10 @@ only talks to this interface, so the private variants plug in as tests:
 - `FisherZ` (`pc` on Gaussian data, `privpc_star`): partial correlation from a (possibly noisy) correlation
   matrix, pcalg `pcorOrder` + `zStat` + `gaussCItest`.
 
+Tables are kept in their exact shapes (`Tables`: each test's own category counts, all tests in one flat array),
+never padded to the largest category count: with Adult's 100-category attributes padding made an order-1 table
+10^6 cells where the exact one has a few hundred.
+
 `distance_scores` is PrivPC's distance score (Eq. 4.1, corrected sign, greedy search), vectorised over tests.
 """
 
@@ -28,48 +32,91 @@ def h(x: np.ndarray) -> np.ndarray:
     return xlogy(x, x)
 
 
-def g2_statistic(N: np.ndarray) -> np.ndarray:
-    """G^2 = 2 sum_k [sum_ab h(N_kab) - sum_a h(N_ka.) - sum_b h(N_k.b) + h(N_k)] for tables N (T, K, A, B)."""
-    return 2 * (h(N).sum((1, 2, 3)) - h(N.sum(3)).sum((1, 2)) - h(N.sum(2)).sum((1, 2)) + h(N.sum((2, 3))).sum(1))
-
-
 def chi2_statistic(N: np.ndarray) -> np.ndarray:
-    """Pearson sum (O - E)^2 / E with E = N_ka. N_k.b / N_k, cells with E = 0 left out."""
+    """Pearson sum (O - E)^2 / E with E = N_ka. N_k.b / N_k, cells with E = 0 left out, for tables N (T, K, A, B)."""
     Nk = N.sum((2, 3), keepdims=True)
     E = N.sum(3, keepdims=True) * N.sum(2, keepdims=True) / np.where(Nk > 0, Nk, 1)
     return np.where(E > 0, (N - E) ** 2 / np.where(E > 0, E, 1), 0.0).sum((1, 2, 3))
 
 
-STATISTICS = {"g2": g2_statistic, "chi2": chi2_statistic}
+def _offsets(sizes: np.ndarray) -> np.ndarray:
+    return np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
 
 
-def adaptive_df(N: np.ndarray) -> np.ndarray:
-    """Degrees of freedom from the observed table (causal-learn's rule, without its +1 per empty stratum):
-    sum over non-empty strata of (non-empty rows - 1)(non-empty columns - 1)."""
-    rows = (N.sum(3) > 0).sum(2)
-    cols = (N.sum(2) > 0).sum(2)
-    return (np.maximum(rows - 1, 0) * np.maximum(cols - 1, 0)).sum(1)
+def _ranges(starts: np.ndarray, stops: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The concatenated index ranges [start, stop), with each range's offset in the result and its length."""
+    lens = stops - starts
+    seg = _offsets(lens)[:-1]
+    return np.arange(lens.sum()) - np.repeat(seg - starts, lens), seg, lens
+
+
+class Tables:
+    """Exact-shape 3-way tables N[k, a, b] of T tests (test t: K_t strata of A_t x B_t cells) in one flat array,
+    test-major, then k, a, b row-major; k is the mixed-radix code of the conditioning values, first variable least
+    significant (the order of pcalg's strata). Index arrays map every cell to its test, stratum, row margin N_ka.
+    and column margin N_k.b, and every margin to its stratum."""
+
+    def __init__(self, K, A, B):
+        K, A, B = (np.asarray(v, dtype=np.int64) for v in (K, A, B))
+        sA, sB = np.repeat(A, K), np.repeat(B, K)  # per stratum
+        self.T, self.R = len(K), int(K.sum())
+        self.stratum_test = np.repeat(np.arange(self.T), K)
+        self.test_strata = _offsets(K)  # first stratum of each test
+        self.stratum_cells = _offsets(sA * sB)  # first cell of each stratum
+        self.test_cells = self.stratum_cells[self.test_strata]
+        self.cell_stratum = np.repeat(np.arange(self.R), sA * sB)
+        within = np.arange(self.stratum_cells[-1]) - self.stratum_cells[self.cell_stratum]
+        self.cell_row = _offsets(sA)[self.cell_stratum] + within // sB[self.cell_stratum]
+        self.cell_col = _offsets(sB)[self.cell_stratum] + within % sB[self.cell_stratum]
+        self.cell_test = self.stratum_test[self.cell_stratum]
+        self.row_stratum, self.col_stratum = np.repeat(np.arange(self.R), sA), np.repeat(np.arange(self.R), sB)
+        self.counts = np.zeros(len(within))
+
+    def margins(self, N: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """N_ka., N_k.b, N_k."""
+        return (np.bincount(self.cell_row, N, len(self.row_stratum)),
+                np.bincount(self.cell_col, N, len(self.col_stratum)), np.bincount(self.cell_stratum, N, self.R))
+
+    def per_test(self, values: np.ndarray, owner: np.ndarray) -> np.ndarray:
+        """Sum per test of `values` (one per cell, margin or stratum: `owner` gives its test)."""
+        return np.bincount(owner, values, self.T)
+
+    def g2(self) -> np.ndarray:
+        """G^2 = 2 sum_k [sum_ab h(N_kab) - sum_a h(N_ka.) - sum_b h(N_k.b) + h(N_k)] per test (privpc.md §1.2)."""
+        Na, Nb, Nk = self.margins(self.counts)
+        st = self.stratum_test
+        return 2 * (self.per_test(h(self.counts), self.cell_test) - self.per_test(h(Na), st[self.row_stratum])
+                    - self.per_test(h(Nb), st[self.col_stratum]) + self.per_test(h(Nk), st))
+
+    def chi2(self) -> np.ndarray:
+        """Pearson sum (O - E)^2 / E with E = N_ka. N_k.b / N_k, cells with E = 0 left out, per test."""
+        Na, Nb, Nk = self.margins(self.counts)
+        E = Na[self.cell_row] * Nb[self.cell_col] / np.maximum(Nk[self.cell_stratum], 1)
+        return self.per_test(np.where(E > 0, (self.counts - E) ** 2 / np.where(E > 0, E, 1), 0.0), self.cell_test)
+
+    def adaptive_df(self) -> np.ndarray:
+        """Degrees of freedom from the observed table (causal-learn's rule, without its +1 per empty stratum):
+        sum over non-empty strata of (non-empty rows - 1)(non-empty columns - 1)."""
+        Na, Nb, _ = self.margins(self.counts)
+        rows = np.bincount(self.row_stratum, Na > 0, self.R)
+        cols = np.bincount(self.col_stratum, Nb > 0, self.R)
+        return self.per_test(np.maximum(rows - 1, 0) * np.maximum(cols - 1, 0), self.stratum_test)
 
 
 class TableTest:
-    """Shared part of the categorical tests: degrees of freedom, the small-sample rule, p-values from tables.
-
-    Tables are laid out with every axis padded to the largest category count `C`: shape (T, C^ord, C, C);
-    padded cells stay empty, which changes neither statistic."""
+    """Shared part of the categorical tests: degrees of freedom, the small-sample rule, p-values."""
 
     def __init__(self, cats, n: int, statistic: str = "g2", n_min_factor: float = 10, df: str = "fixed"):
-        self.cats = np.asarray(cats, dtype=np.int64)
-        self.C = int(self.cats.max())
-        self.n = int(n)
-        self.n_vars = len(self.cats)
-        self.statistic = STATISTICS[statistic]
-        self.n_min_factor = float(n_min_factor)
+        if statistic not in ("g2", "chi2"):
+            raise ValueError(f"statistic={statistic!r}: allowed g2, chi2")
         if df not in ("fixed", "adaptive"):
             raise ValueError(f"df={df!r}: allowed fixed (pcalg), adaptive (causal-learn)")
+        self.cats = np.asarray(cats, dtype=np.int64)
+        self.n = int(n)
+        self.n_vars = len(self.cats)
+        self.statistic = statistic
+        self.n_min_factor = float(n_min_factor)
         self.df_mode = df
-
-    def tables(self, x, y, S) -> np.ndarray:
-        raise NotImplementedError
 
     def df(self, x, y, S) -> np.ndarray:
         return (self.cats[x] - 1) * (self.cats[y] - 1) * np.prod(self.cats[S], axis=1)
@@ -88,48 +135,42 @@ class TableTest:
         return pv
 
     def statistics(self, x, y, S) -> tuple[np.ndarray, np.ndarray]:
-        """(statistic, df) per test, from the dense tables."""
-        N = self.tables(x, y, S)
-        df = self.df(x, y, S) if self.df_mode == "fixed" else adaptive_df(N)
-        return self.statistic(N), df
-
-    def valid_cells(self, x, y, S) -> np.ndarray:
-        """(T, C^ord, C, C) mask of the cells that exist for each test's categories."""
-        C, r = self.C, S.shape[1]
-        digits = (np.arange(C**r)[:, None] // C ** np.arange(r)[None, :]) % C  # (C^r, r), digit m = S[m]
-        k_ok = (digits[None, :, :] < self.cats[S][:, None, :]).all(2)
-        a_ok = np.arange(C)[None, :] < self.cats[x][:, None]
-        b_ok = np.arange(C)[None, :] < self.cats[y][:, None]
-        return k_ok[:, :, None, None] & a_ok[:, None, :, None] & b_ok[:, None, None, :]
+        """(statistic, df) per test."""
+        raise NotImplementedError
 
 
 class GSquare(TableTest):
     """G^2 / chi^2 test on integer-coded data `codes` (n, p) with public category counts `cats`."""
 
     def __init__(self, codes, cats, statistic: str = "g2", n_min_factor: float = 10, df: str = "fixed",
-                 max_batch_cells: int = 4_000_000, sparse_cells: int = 3125):
+                 max_batch_cells: int = 4_000_000, dense_cells: int | None = None):
         codes = np.asarray(codes, dtype=np.int64)
         super().__init__(cats, len(codes), statistic, n_min_factor, df)
-        self.sparse_cells = sparse_cells
         self.codes = codes
         self.max_batch_cells = max_batch_cells
+        # A dense table costs its cells, the observed-cells path a sort of the n records: dense up to n cells.
+        self.dense_cells = self.n if dense_cells is None else dense_cells
 
     def statistics(self, x, y, S) -> tuple[np.ndarray, np.ndarray]:
-        """Dense tables while they are small; above `sparse_cells` cells per test (high orders, where most
-        strata are empty) the statistic is computed from the observed cells only, batch by batch."""
-        if self.C ** (S.shape[1] + 2) <= self.sparse_cells:
-            return super().statistics(x, y, S)
+        """Dense exact-shape tables while a test has at most `dense_cells` cells; above (high orders, where most
+        strata are empty) the statistic is computed from the observed cells only."""
         stat, df = np.empty(len(x)), np.empty(len(x))
+        dense = self.cats[x] * self.cats[y] * np.prod(self.cats[S], axis=1) <= self.dense_cells
+        if dense.any():
+            tab = self.exact_tables(x[dense], y[dense], S[dense])
+            stat[dense] = tab.g2() if self.statistic == "g2" else tab.chi2()
+            df[dense] = tab.adaptive_df()
         step = max(1, self.max_batch_cells // max(self.n, 1))
-        for lo in range(0, len(x), step):
-            sl = slice(lo, lo + step)
+        sparse = np.flatnonzero(~dense)
+        for lo in range(0, len(sparse), step):
+            sl = sparse[lo:lo + step]
             stat[sl], df[sl] = self._sparse(x[sl], y[sl], S[sl])
         if self.df_mode == "fixed":
             df = self.df(x, y, S)
         return stat, df
 
     def _sparse(self, x, y, S):
-        C, r, t = self.C, S.shape[1], len(x)
+        C, r, t = int(self.cats.max()), S.shape[1], len(x)
         k = (self.codes[:, S] * C ** np.arange(r)).sum(2) + C**r * np.arange(t)[None, :]  # (test, stratum)
         cell, N = np.unique(((k * C + self.codes[:, x]) * C + self.codes[:, y]).ravel(), return_counts=True)
         N = N.astype(float)
@@ -143,7 +184,7 @@ class GSquare(TableTest):
         Nkb, kb = grouped((cell // (C * C)) * C + cell % C)
         Nk, kk = grouped(cell // (C * C))
         per = C ** (r + 1)
-        if self.statistic is g2_statistic:
+        if self.statistic == "g2":
             stat = 2 * (np.bincount(test, h(N), t) - np.bincount(ka // per, h(Nka), t)
                         - np.bincount(kb // per, h(Nkb), t) + np.bincount(kk // C**r, h(Nk), t))
         else:  # Pearson: sum over observed cells of O^2 N_k / (N_ka N_kb), minus n
@@ -153,25 +194,29 @@ class GSquare(TableTest):
                            * np.maximum(np.bincount(np.searchsorted(kk, kb // C), minlength=len(kk)) - 1, 0), t)
         return stat, rows
 
-    def tables(self, x, y, S) -> np.ndarray:
-        C, r = self.C, S.shape[1]
-        cells = C ** (r + 2)
-        out = np.empty((len(x), C**r, C, C))
+    def exact_tables(self, x, y, S) -> Tables:
+        """The tests' 3-way tables N[k, a, b] in their exact shapes, counted in batches of tests."""
+        cS = self.cats[S]
+        tab = Tables(np.prod(cS, axis=1), self.cats[x], self.cats[y])
+        strides = np.cumprod(np.column_stack([np.ones(len(x), np.int64), cS[:, :-1]]), axis=1)[:, :S.shape[1]]
         step = max(1, self.max_batch_cells // max(self.n, 1))
-        radix = C ** np.arange(r)
         for lo in range(0, len(x), step):
-            sl = slice(lo, lo + step)
-            k = (self.codes[:, S[sl]] * radix).sum(2) if r else 0  # (n, t): stratum of each row per test
-            key = (k * C + self.codes[:, x[sl]]) * C + self.codes[:, y[sl]]
-            key = key + cells * np.arange(key.shape[1])[None, :]
-            t = key.shape[1]
-            out[sl] = np.bincount(key.ravel(), minlength=t * cells).reshape(t, C**r, C, C)
-        return out
+            sl = slice(lo, min(lo + step, len(x)))
+            first, last = tab.test_cells[sl.start], tab.test_cells[sl.stop]
+            k = (self.codes[:, S[sl]] * strides[sl]).sum(2)  # (n, t): stratum of each row per test
+            key = (k * self.cats[x[sl]] + self.codes[:, x[sl]]) * self.cats[y[sl]] + self.codes[:, y[sl]]
+            key += tab.test_cells[sl] - first
+            tab.counts[first:last] = np.bincount(key.ravel(), minlength=last - first)
+        return tab
 
 
 class NoisyTableGSquare(TableTest):
     """`lapmech`'s test: the 3-way tables are marginals of one noisy full table (float32, shape `cats`),
-    clipped at 0 after marginalising (privpc.md §4 step 3, P16); the small-sample rule uses the public n."""
+    clipped at 0 after marginalising (privpc.md §4 step 3, P16); the small-sample rule uses the public n.
+
+    G^2 of (x, y | S) is 2 [H(V) - H(V \\ y) - H(V \\ x) + H(S)] with V = {x, y} u S and H(U) the sum of
+    h(N) over the clipped V-marginal summed down to U; each term is computed once and shared by every test on
+    the same variables."""
 
     def __init__(self, noisy_table: np.ndarray, n: int, statistic: str = "g2", n_min_factor: float = 10,
                  cache_bytes: float = 1.5e9):
@@ -179,7 +224,10 @@ class NoisyTableGSquare(TableTest):
         self.table = noisy_table
         self.cache_bytes = cache_bytes
         self._marginals: dict[tuple[int, ...], np.ndarray] = {tuple(range(self.n_vars)): noisy_table}
+        self._marginal_bytes = 0
         self._clipped: dict[tuple[int, ...], np.ndarray] = {}
+        self._clipped_bytes = 0
+        self._terms: dict[tuple, float] = {}
 
     def marginal(self, variables: tuple[int, ...]) -> np.ndarray:
         """Noisy marginal over `variables` (sorted tuple), axes in that order. Variables are summed out one at a
@@ -190,29 +238,44 @@ class NoisyTableGSquare(TableTest):
             chain.append(tuple(u for u in chain[-1] if u != v))
         start = max(i for i, key in enumerate(chain) if key in self._marginals)
         current = self._marginals[chain[start]]
-        used = sum(m.nbytes for m in self._marginals.values()) - self.table.nbytes
         for prev, key in zip(chain[start:], chain[start + 1:], strict=False):
             dropped = next(i for i, u in enumerate(prev) if u not in key)
             current = current.sum(axis=dropped, dtype=np.float64 if current.size < 1 << 20 else np.float32)
-            if used + current.nbytes <= self.cache_bytes:
+            if self._marginal_bytes + current.nbytes <= self.cache_bytes:
                 self._marginals[key] = current
-                used += current.nbytes
+                self._marginal_bytes += current.nbytes
         return current.astype(np.float64)
 
     def clipped(self, variables: tuple[int, ...]) -> np.ndarray:
-        """The marginal clipped at 0 and zero-padded to C categories per axis; cached per variable set."""
+        """The marginal clipped at 0; the most recent ones are cached (within `cache_bytes`)."""
         if variables not in self._clipped:
             m = np.clip(self.marginal(variables), 0, None)
-            self._clipped[variables] = np.pad(m, [(0, self.C - c) for c in m.shape])
+            while self._clipped and self._clipped_bytes + m.nbytes > self.cache_bytes:
+                self._clipped_bytes -= self._clipped.pop(next(iter(self._clipped))).nbytes
+            self._clipped[variables] = m
+            self._clipped_bytes += m.nbytes
         return self._clipped[variables]
 
-    def tables(self, x, y, S) -> np.ndarray:
-        C, r = self.C, S.shape[1]
-        out = np.empty((len(x), C**r, C, C))
-        for t, row in enumerate(np.column_stack([S, x, y]).tolist()):  # one cached marginal per test
-            order = tuple(sorted(row))
-            out[t] = self.clipped(order).transpose([order.index(v) for v in row]).reshape(C**r, C, C)
-        return out
+    def term(self, V: tuple[int, ...], axes: tuple[int, ...]) -> float:
+        """sum of h over the clipped V-marginal summed over `axes` (positions in V)."""
+        key = (V, axes)
+        if key not in self._terms:
+            self._terms[key] = float(h(self.clipped(V).sum(axis=axes) if axes else self.clipped(V)).sum())
+        return self._terms[key]
+
+    def statistics(self, x, y, S) -> tuple[np.ndarray, np.ndarray]:
+        stat = np.empty(len(x))
+        for t, (xi, yi, *s) in enumerate(np.column_stack([x, y, S]).tolist()):
+            V = tuple(sorted((xi, yi, *s)))
+            ax, ay = V.index(xi), V.index(yi)
+            if self.statistic == "g2":
+                stat[t] = 2 * (self.term(V, ()) - self.term(V, (ay,)) - self.term(V, (ax,))
+                               + self.term(V, tuple(sorted((ax, ay)))))
+            else:
+                M = self.clipped(V)
+                N = M.transpose([V.index(v) for v in s] + [ax, ay]).reshape(1, -1, M.shape[ax], M.shape[ay])
+                stat[t] = chi2_statistic(N)[0]
+        return stat, self.df(x, y, S)
 
 
 class FisherZ:
@@ -251,46 +314,89 @@ class FisherZ:
         return 2 * norm.sf(np.abs(z))
 
 
-def distance_scores(test: TableTest, x, y, S, tau: float, d_max: int = 1000) -> np.ndarray:
+# ---------------------------------------------------------------------------------------------- distance
+def distance_scores(test: GSquare, x, y, S, tau: float, d_max: int = 1000) -> np.ndarray:
     """PrivPC distance scores dist(x, y, S) (privpc.md §3.4, corrected sign), greedy, for a batch of tests.
 
     +(k* - 1) when currently independent (G^2 below the critical value), -(k* - 1) when dependent, where k* is
     the number of single-record changes (+-1 on one cell) after which the decision flips, searched greedily
-    (each step takes the move that pushes G^2 fastest towards the threshold), capped at d_max. Tests skipped by
-    the small-sample rule are data-independent: +d_max."""
+    (each step takes the move that pushes G^2 fastest towards the threshold; ties: the first in the order
+    +1 moves before -1 moves, then cells in table order), capped at d_max. Tests skipped by the small-sample rule
+    are data-independent: +d_max."""
     x, y, S = np.asarray(x), np.asarray(y), np.asarray(S, dtype=np.int64).reshape(len(x), -1)
     dist = np.full(len(x), float(d_max))
     ok = np.flatnonzero(test.computed(x, y, S))
-    if not len(ok):
-        return dist
-    N = test.tables(x[ok], y[ok], S[ok])
-    valid = test.valid_cells(x[ok], y[ok], S[ok])
-    crit = chi2.isf(tau, test.df(x[ok], y[ok], S[ok]))
-    G = g2_statistic(N)
-    sign = np.where(G < crit, 1.0, -1.0)  # +1: independent, the search pushes G^2 up
-    res = np.full(len(ok), float(d_max))
-    active = np.arange(len(ok))
-    T = len(ok)
-    for step in range(d_max):
-        if not len(active):
-            break
-        Na, s = N[active], sign[active]
-        margins = (Na.sum(3)[..., None], Na.sum(2)[:, :, None, :], Na.sum((2, 3))[..., None, None])
-        moves = []
-        for delta in (1.0, -1.0):
-            dG = 2 * (h(Na + delta) - h(Na) - (h(margins[0] + delta) - h(margins[0]))
-                      - (h(margins[1] + delta) - h(margins[1])) + h(margins[2] + delta) - h(margins[2]))
-            allowed = valid[active] & (Na > 0 if delta < 0 else True)
-            moves.append(np.where(allowed, s[:, None, None, None] * dG, -np.inf))
-        gain = np.stack(moves, 1).reshape(len(active), -1)  # (t, 2 * cells): signed progress towards the flip
-        best = gain.argmax(1)
-        newG = G[active] + s * gain[np.arange(len(active)), best]
-        crossed = np.where(s > 0, newG >= crit[active], newG < crit[active])
-        res[active[crossed]] = step
-        keep = ~crossed
-        active, best, newG = active[keep], best[keep], newG[keep]
-        which, cell = np.divmod(best, N[0].size)
-        N.reshape(T, -1)[active, cell] += np.where(which == 0, 1.0, -1.0)
-        G[active] = newG
-    dist[ok] = sign * res
+    if len(ok):
+        tables = test.exact_tables(x[ok], y[ok], S[ok])
+        dist[ok] = GreedyFlip(tables, chi2.isf(tau, test.df(x[ok], y[ok], S[ok])), d_max).run()
     return dist
+
+
+class GreedyFlip:
+    """The greedy search behind `distance_scores`. A move (+-1 on one cell of stratum k) changes G^2 by a term
+    of stratum k only, so after each move only the moved stratum's gains are recomputed; every stratum keeps its
+    best move per direction, and a test's best move is the best over its strata. Counts stay integers, so
+    h(x) = x ln x is read from a table of its values."""
+
+    MOVES = (1, -1)
+
+    def __init__(self, tab: Tables, crit: np.ndarray, d_max: int):
+        self.tab, self.crit, self.d_max = tab, crit, d_max
+        self.N = tab.counts.astype(np.int64)
+        self.Na, self.Nb, self.Nk = (m.astype(np.int64) for m in tab.margins(tab.counts))
+        self.h = h(np.arange(-1.0, self.Nk.max(initial=0) + d_max + 2))  # self.h[x + 1] = h(x), h(-1) = NaN
+        self.G = tab.g2()
+        self.sign = np.where(self.G < crit, 1.0, -1.0)  # +1: independent, the search pushes G^2 up
+        self.best_gain = np.empty((2, tab.R))
+        self.best_cell = np.empty((2, tab.R), dtype=np.int64)
+        self.refresh(np.arange(tab.R))
+
+    def refresh(self, strata: np.ndarray) -> None:
+        """Recompute the best move per direction of `strata` (signed progress towards the flip)."""
+        tab, H = self.tab, self.h
+        idx, seg, lens = _ranges(tab.stratum_cells[strata], tab.stratum_cells[strata + 1])
+        n, a, b, k = self.N[idx] + 1, self.Na[tab.cell_row[idx]] + 1, self.Nb[tab.cell_col[idx]] + 1, \
+            self.Nk[tab.cell_stratum[idx]] + 1
+        hn, ha, hb, hk = H[n], H[a], H[b], H[k]
+        s = self.sign[tab.cell_test[idx]]
+        for m, delta in enumerate(self.MOVES):
+            dG = 2 * (H[n + delta] - hn - (H[a + delta] - ha) - (H[b + delta] - hb) + H[k + delta] - hk)
+            gain = np.where(n > 1, s * dG, -np.inf) if delta < 0 else s * dG
+            top = np.maximum.reduceat(gain, seg)
+            first = np.minimum.reduceat(np.where(gain == np.repeat(top, lens), np.arange(len(idx)), len(idx)), seg)
+            self.best_gain[m, strata], self.best_cell[m, strata] = top, idx[first]
+
+    def choose(self, tests: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(direction, cell, gain) of each test's best move: the first maximum over its +1 moves, then -1 moves."""
+        tab = self.tab
+        top = np.maximum.reduceat(self.best_gain, tab.test_strata[:-1], axis=1)  # (2, T)
+        m = np.where(top[0] >= top[1], 0, 1)
+        gain = top[m, np.arange(tab.T)]
+        st = tab.stratum_test
+        hit = self.best_gain[m[st], np.arange(tab.R)] == gain[st]
+        stratum = np.minimum.reduceat(np.where(hit, np.arange(tab.R), tab.R), tab.test_strata[:-1])
+        cell = self.best_cell[m, stratum]
+        return m[tests], cell[tests], gain[tests]
+
+    def run(self) -> np.ndarray:
+        """Signed steps before the decision flips, capped at d_max."""
+        tab = self.tab
+        res = np.full(tab.T, float(self.d_max))
+        active = np.arange(tab.T)
+        for step in range(self.d_max):
+            if not len(active):
+                break
+            m, cell, gain = self.choose(active)
+            newG = self.G[active] + self.sign[active] * gain
+            crossed = np.where(self.sign[active] > 0, newG >= self.crit[active], newG < self.crit[active])
+            res[active[crossed]] = step
+            keep = ~crossed
+            active, m, cell = active[keep], m[keep], cell[keep]
+            delta = np.where(m == 0, 1, -1)
+            self.N[cell] += delta
+            self.Na[tab.cell_row[cell]] += delta
+            self.Nb[tab.cell_col[cell]] += delta
+            self.Nk[tab.cell_stratum[cell]] += delta
+            self.G[active] = newG[keep]
+            self.refresh(tab.cell_stratum[cell])
+        return self.sign * res

@@ -232,25 +232,39 @@ def release_metrics(real: pd.DataFrame, synth: pd.DataFrame, domain: dict[str, i
 
 
 # ---------------------------------------------------------------------------------------- graphs
-def _skeleton(adj) -> np.ndarray:
-    a = np.asarray(adj).astype(bool)
+def _skeleton_edges(adj) -> np.ndarray:
+    """The undirected edges of a graph (p x p, any nonzero entry is an edge, directions ignored) as a boolean
+    vector over the pairs i < j."""
+    a = np.asarray(adj) != 0
     a = a | a.T
-    np.fill_diagonal(a, False)
-    return a
+    return a[np.triu_indices_from(a, k=1)]
+
+
+def skeleton_rates(est, true, undefined: str = "pcalg") -> dict[str, float]:
+    """pcalg `compareGraphs(gl = est, gt = true)` on skeletons (privpc.md §1.5): tpr = shared / true edges,
+    fpr = false edges / true gaps, tdr = shared / estimated edges, fdr = 1 - tdr. Where a denominator is 0,
+    `undefined="pcalg"` keeps pcalg's rules (tpr 0, fpr 1, tdr 1) and `"nan"` gives NaN."""
+    e, t = _skeleton_edges(est), _skeleton_edges(true)
+    shared, n_true, n_est, gaps = int((t & e).sum()), int(t.sum()), int(e.sum()), int((~t).sum())
+    nan = undefined == "nan"
+    tpr = shared / n_true if n_true else (float("nan") if nan else 0.0)
+    fpr = int((e & ~t).sum()) / gaps if gaps else (float("nan") if nan else 1.0)
+    tdr = shared / n_est if n_est else (float("nan") if nan else 1.0)
+    return {"tpr": tpr, "fpr": fpr, "tdr": tdr, "fdr": 1 - tdr}
 
 
 def graph_recovery(true_adj, learned_adj) -> dict[str, float]:
-    """Skeleton recovery, edges undirected (privpc.md §1.5): TPR = TP/true edges, FPR = FP/true non-edges,
-    TDR = TP/learned edges, FDR = 1 - TDR. SHD on skeletons counts missing plus extra edges."""
-    t, l = _skeleton(true_adj), _skeleton(learned_adj)
-    iu = np.triu_indices_from(t, k=1)
-    t, l = t[iu], l[iu]
-    tp, fp, fn = int((t & l).sum()), int((~t & l).sum()), int((t & ~l).sum())
-    tdr = tp / (tp + fp) if tp + fp else float("nan")
-    return {
-        "edge_tpr": tp / t.sum() if t.sum() else float("nan"),
-        "edge_fpr": fp / (~t).sum() if (~t).sum() else float("nan"),
-        "edge_tdr": tdr,
-        "edge_fdr": 1 - tdr if tp + fp else float("nan"),
-        "shd": float(fp + fn),
-    }
+    """Skeleton recovery, edges undirected (privpc.md §1.5), from one comparison in three readings:
+
+    - `edge_tpr`, `edge_fpr`, `edge_tdr`, `edge_fdr` (textbook definitions, NaN where a rate is undefined) and
+      `shd` (missing plus extra edges of the skeleton): the core metrics of every graph run;
+    - `*_textbook`: the same rates with pcalg's edge-case rules (`compareGraphs(est, true)`);
+    - `*_pub`: `compareGraphs(true, est)`, the graphs swapped, which is what the thesis' tables print
+      (privpc.md §0.1): tpr_pub = precision, tdr_pub = recall, fpr_pub = missed true edges / gaps of the estimate;
+    - `true_edges`, `num_edges`, `shared_edges`."""
+    e, t = _skeleton_edges(learned_adj), _skeleton_edges(true_adj)
+    counts = {"true_edges": int(t.sum()), "num_edges": int(e.sum()), "shared_edges": int((t & e).sum())}
+    core = {f"edge_{k}": v for k, v in skeleton_rates(learned_adj, true_adj, "nan").items()}
+    textbook = {f"{k}_textbook": v for k, v in skeleton_rates(learned_adj, true_adj).items()}
+    published = {f"{k}_pub": v for k, v in skeleton_rates(true_adj, learned_adj).items()}
+    return core | {"shd": float((e ^ t).sum())} | textbook | published | counts

@@ -1,5 +1,6 @@
 """Causal discovery family (privpc.md): CI tests against scipy, the PC skeleton against causal-learn, PrivPC's
-limit, the exponential mechanism's frequencies, the Laplace noise scales, both metric readings."""
+limit, the exponential mechanism's frequencies, the Laplace noise scales, both metric readings, the typed configs,
+the guarantees, the reference-graph cache, and every learner on every graph dataset."""
 
 from __future__ import annotations
 
@@ -9,10 +10,14 @@ import numpy as np
 import pytest
 from scipy import stats
 
+from privfair_cli import evaluate, metrics, registry
 from privfair_cli.algorithms import causal, citests
 from privfair_cli.datasets import synthetic_categorical, synthetic_gaussian
+from privfair_cli.errors import ConfigError, DataError
 from privfair_cli.privacy import Budget, PrivacyLedger
 from privfair_cli.privacy.mechanisms import exponential, exponential_probabilities
+from tests.conftest import fit, have_data, needs_data
+from tests.conftest import table as split_table
 
 
 def categorical_data(seed, p=6, s=0.3, n=5000, low=2, high=4):
@@ -36,11 +41,12 @@ def test_g2_and_chi2_match_scipy_on_two_way_tables():
     np.add.at(obs, (codes[:, 0], codes[:, 1]), 1)
     for stat, lam in (("g2", "log-likelihood"), ("chi2", "pearson")):
         ref_stat, ref_p, ref_df, _ = stats.chi2_contingency(obs, correction=False, lambda_=lam)
-        test = citests.GSquare(codes, [3, 4], stat, n_min_factor=0)
-        N = test.tables(np.array([0]), np.array([1]), np.zeros((1, 0), int))
-        assert test.statistic(N)[0] == pytest.approx(ref_stat, rel=1e-10)
-        assert test.pvalues([0], [1], np.zeros((1, 0), int))[0] == pytest.approx(ref_p, rel=1e-8)
-        assert test.df(np.array([0]), np.array([1]), np.zeros((1, 0), int))[0] == ref_df
+        for dense_cells in (None, 0):  # exact-shape tables, and the observed-cells path
+            test = citests.GSquare(codes, [3, 4], stat, n_min_factor=0, dense_cells=dense_cells)
+            none = np.zeros((1, 0), int)
+            statistic, df = test.statistics(np.array([0]), np.array([1]), none)
+            assert statistic[0] == pytest.approx(ref_stat, rel=1e-10) and df[0] == ref_df
+            assert test.pvalues([0], [1], none)[0] == pytest.approx(ref_p, rel=1e-8)
 
 
 def test_conditional_g2_is_the_sum_over_strata_of_scipy_g2():
@@ -130,7 +136,7 @@ def test_metric_readings_on_the_adult_counts():
         true[i, j] = 1
     for i, j in pairs[9:37]:
         est[i, j] = 1
-    m = causal.skeleton_metrics(est, true)
+    m = metrics.graph_recovery(true, est)
     assert (m["true_edges"], m["num_edges"], m["shared_edges"]) == (31, 28, 22)
     assert m["tpr_pub"] == pytest.approx(0.786, abs=5e-4) and m["tdr_pub"] == pytest.approx(0.710, abs=5e-4)
     assert m["fpr_pub"] == pytest.approx(0.143, abs=5e-4)
@@ -187,44 +193,79 @@ def test_privpc_star_clips_rows_by_default_and_flags_raw_rows():
     assert (np.linalg.norm(clipped, axis=1) <= np.sqrt(5) * (1 + 1e-12)).all()
     eps = 50.0
     ledger = PrivacyLedger(Budget(eps))
-    rho = causal.noisy_correlation(X, eps, np.random.default_rng(4), ledger)
+    rho = causal.noisy_correlation(X, eps, np.random.default_rng(4), ledger, row_clip=True)
     cov = causal.noisy_covariance(clipped, eps, np.random.default_rng(4), PrivacyLedger(Budget(eps)))
     with np.errstate(invalid="ignore"):
         expected = cov / np.sqrt(np.outer(np.diag(cov), np.diag(cov)))
     np.fill_diagonal(expected, 1.0)
     np.testing.assert_allclose(rho, expected)
     assert "not formally private" not in ledger.to_dict()["ledger"][0]["note"]
-    table = synthetic_gaussian.generate({"name": "g", "p": 5, "s": 0.4, "n": 300}, np.random.default_rng(1))
-    private, _ = _fit(causal.PrivPCStar, table, 1.0)
-    raw, raw_ledger = _fit(causal.PrivPCStar, table, 1.0, row_clip=False)
-    assert private.extra_metrics()["formally_private"] == 1.0 and raw.extra_metrics()["formally_private"] == 0.0
+    data = synthetic_gaussian.generate({"name": "g", "p": 5, "s": 0.4, "n": 300}, np.random.default_rng(1))
+    private, _ = fit("privpc_star", data, 1.0)
+    raw, raw_ledger = fit("privpc_star", data, 1.0, row_clip=False)
+    assert private.extra_metrics()["rows_clipped"] == 1.0 and raw.extra_metrics()["rows_clipped"] == 0.0
     assert "not formally private" in raw_ledger.to_dict()["ledger"][0]["note"]
+    assert private.warnings() == [] and any("row_clip=false" in w for w in raw.warnings())
 
 
-def _fit(cls, table, eps, **params):
-    plugin = cls(**params)
-    ledger = PrivacyLedger(Budget(eps))
-    plugin.fit(table, Budget(eps), ledger, np.random.default_rng(0))
-    return plugin, ledger
+def test_privpc_star_published_sensitivity_is_too_small_even_for_clipped_rows():
+    """Why privpc_star claims `heuristic`: n rows x = (1, ..., 1) (||x||^2 = p, the proof's bound) and one added
+    row -x move the lower triangle of the covariance by 2 p (p + 1) / (n + 1) in L1, about 4 times the thesis'
+    sensitivity p (p + 1) / (2 (n - 1)) (its proof drops the change of the mean, privpc.md §5.7)."""
+    p, n = 5, 200
+    D = np.ones((n, p))
+    D2 = np.vstack([D, -np.ones((1, p))])
+    lower = np.tril_indices(p)
+    change = np.abs(np.cov(D2, rowvar=False)[lower] - np.cov(D, rowvar=False)[lower]).sum()
+    assert change == pytest.approx(2 * p * (p + 1) / (n + 1))
+    assert change > 3.9 * p * (p + 1) / (2 * (n - 1))
+
+
+def test_guarantees_claimed():
+    assert {name: registry.make(name).claims() for name in ("pc", "lapmech", "privpc", "privpc_star")} == {
+        "pc": "none", "lapmech": "eps-DP", "privpc": "heuristic", "privpc_star": "heuristic"}
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_privpc_at_large_eps_returns_the_pc_skeleton(seed):
-    table, _, _ = categorical_data(seed, p=6, s=0.3, n=8000)
-    pc, _ = _fit(causal.PC, table, 1.0)
-    priv, ledger = _fit(causal.PrivPC, table, 1e9, max_order=2)
+    data, _, _ = categorical_data(seed, p=6, s=0.3, n=8000)
+    pc, _ = fit("pc", data, 1.0)
+    priv, ledger = fit("privpc", data, 1e9, max_order=2)
     assert (priv.adjacency == pc.adjacency).all()
-    assert ledger.spent()[0] <= 1e9 * (1 + 1e-9)
+    # every round is charged to the ledger, once, at eps_r: eps2 for beta_hat and eps1 for the selections
+    rounds, eps_r = priv.stats["privpc_rounds"], priv.stats["eps_per_round"]
+    assert rounds > 0 and eps_r == pytest.approx(1e9 / (6 * 3))
+    assert ledger.spent()[0] == pytest.approx(rounds * eps_r, rel=1e-12)
+    assert sum(e["note"].startswith("privpc beta_hat") for e in ledger.to_dict()["ledger"]) == rounds
 
 
 def test_privpc_budget_schedule():
-    table, _, _ = categorical_data(8, p=6, s=0.3, n=3000)
+    data, _, _ = categorical_data(8, p=6, s=0.3, n=3000)
     eps = 1.0
-    priv, ledger = _fit(causal.PrivPC, table, eps, max_order=2)
+    priv, ledger = fit("privpc", data, eps, max_order=2)
     rounds = priv.stats["privpc_rounds"]
     assert priv.stats["eps_per_round"] == pytest.approx(eps / (6 * 3))
     assert ledger.spent()[0] == pytest.approx(rounds * eps / 18) and ledger.spent()[0] <= eps
     assert {e["mechanism"] for e in ledger.to_dict()["ledger"]} == {"exponential"}
+    assert priv.warnings() == []
+
+
+def test_privpc_fixed_round_budget_stops_at_the_ledger_and_refuses_a_round_above_eps():
+    data, _, _ = categorical_data(8, p=6, s=0.3, n=3000)
+    priv, ledger = fit("privpc", data, 1.0, round_budget="fixed:0.3")
+    assert priv.stats["privpc_rounds"] == 3 and ledger.spent()[0] == pytest.approx(0.9)
+    assert any("ran out after 3 rounds" in w for w in priv.warnings())
+    with pytest.raises(ConfigError, match="costs more than eps=1 per round"):
+        fit("privpc", data, 1.0, round_budget="fixed:5")
+    with pytest.raises(ConfigError, match="round_budget='fixed:-1' is not allowed"):
+        registry.make("privpc", round_budget="fixed:-1")
+
+
+def _g2(N: np.ndarray) -> np.ndarray:
+    """G^2 of 2 x 2 tables N (..., 2, 2), written out."""
+    hN = citests.h(N)
+    return 2 * (hN.sum((-2, -1)) - citests.h(N.sum(-1)).sum(-1) - citests.h(N.sum(-2)).sum(-1)
+                + citests.h(N.sum((-2, -1))))
 
 
 def test_distance_score_sign_and_greedy_upper_bound():
@@ -233,19 +274,46 @@ def test_distance_score_sign_and_greedy_upper_bound():
     test = citests.GSquare(codes, [2, 2], "g2", n_min_factor=0)
     none = np.zeros((1, 0), int)
     d = citests.distance_scores(test, np.array([0]), np.array([1]), none, 0.01, d_max=50)[0]
-    N0 = test.tables(np.array([0]), np.array([1]), none)[0, 0]
+    N0 = test.exact_tables(np.array([0]), np.array([1]), none).counts.reshape(2, 2)
     crit = stats.chi2.isf(0.01, 1)
-    indep = citests.g2_statistic(N0[None, None])[0] < crit
+    indep = _g2(N0) < crit
     assert (d >= 0) == indep
     frontier, k = {tuple(N0.ravel())}, 0
     while True:  # exact k*: fewest +-1 cell changes that flip the decision
         k += 1
         frontier = {tuple(np.add(t, m)) for t in frontier for m in np.vstack([np.eye(4), -np.eye(4)])
                     if min(np.add(t, m)) >= 0}
-        g = citests.g2_statistic(np.array(list(frontier)).reshape(-1, 1, 2, 2))
+        g = _g2(np.array(list(frontier)).reshape(-1, 2, 2))
         if ((g < crit) != indep).any():
             break
     assert abs(d) >= k - 1
+
+
+def test_distance_scores_follow_the_greedy_rule_step_by_step():
+    """The incremental search equals the greedy rule of privpc.md §3.4 recomputed from scratch at every step
+    (every cell, both moves, the first largest signed change), on tables of mixed shapes."""
+    data, codes, cats = categorical_data(5, p=6, n=1500, low=2, high=4)
+    test = citests.GSquare(codes, cats, "g2", n_min_factor=0)
+    x, y, S = np.array([0, 1, 2, 3]), np.array([4, 5, 0, 1]), np.array([[1], [2], [5], [4]])
+    got = citests.distance_scores(test, x, y, S, 0.01, d_max=40)
+    crit = stats.chi2.isf(0.01, test.df(x, y, S))
+
+    def g2(N):  # one stratified table (K, A, B)
+        return 2 * (citests.h(N).sum() - citests.h(N.sum(2)).sum() - citests.h(N.sum(1)).sum()
+                    + citests.h(N.sum((1, 2))).sum())
+
+    for t in range(len(x)):
+        N = test.exact_tables(x[t:t + 1], y[t:t + 1], S[t:t + 1]).counts.reshape(cats[S[t, 0]], cats[x[t]], cats[y[t]])
+        sign, steps = (1.0 if g2(N) < crit[t] else -1.0), 40
+        for step in range(40):
+            moves = [(sign * (g2(N + delta * e) - g2(N)), -m, delta, c) for m, delta in enumerate((1, -1))
+                     for c, e in enumerate(np.eye(N.size).reshape(-1, *N.shape)) if delta > 0 or N.ravel()[c] > 0]
+            gain, _, delta, c = max(moves, key=lambda mv: (mv[0], mv[1], -mv[3]))
+            if (sign > 0 and g2(N) + sign * gain >= crit[t]) or (sign < 0 and g2(N) + sign * gain < crit[t]):
+                steps = step
+                break
+            N = N + delta * np.eye(N.size)[c].reshape(N.shape)
+        assert got[t] == sign * steps
 
 
 def test_synthetic_data_depend_on_the_data_stream_only():
@@ -265,8 +333,8 @@ def test_sparse_high_order_statistics_equal_dense_tables(stat):
     x, y = rng.integers(0, 2, 40), rng.integers(2, 4, 40)
     S = np.array([rng.choice(np.arange(4, 8), 3, replace=False) for _ in range(40)])
     for df in ("fixed", "adaptive"):
-        dense = citests.GSquare(codes, cats, stat, 0, df, sparse_cells=10**9).statistics(x, y, S)
-        sparse = citests.GSquare(codes, cats, stat, 0, df, sparse_cells=1).statistics(x, y, S)
+        dense = citests.GSquare(codes, cats, stat, 0, df, dense_cells=10**9).statistics(x, y, S)
+        sparse = citests.GSquare(codes, cats, stat, 0, df, dense_cells=0).statistics(x, y, S)
         assert np.allclose(dense[0], sparse[0]) and np.allclose(dense[1], sparse[1])
 
 
@@ -274,8 +342,106 @@ def test_graph_runs_report_the_core_metrics_consistently():
     rng = np.random.default_rng(3)
     true = np.triu(rng.random((8, 8)) < 0.3, 1).astype(int)
     est = np.triu(rng.random((8, 8)) < 0.3, 1).astype(int)
-    m = causal.skeleton_metrics(est, true)
+    m = metrics.graph_recovery(true, est)
     for core, textbook in (("edge_tpr", "tpr_textbook"), ("edge_fpr", "fpr_textbook"), ("edge_tdr", "tdr_textbook"),
                            ("edge_fdr", "fdr_textbook")):
         assert m[core] == pytest.approx(m[textbook])
     assert m["shd"] == m["true_edges"] + m["num_edges"] - 2 * m["shared_edges"]
+
+
+# ---------------------------------------------------------------------------------------------- lapmech's test
+@pytest.mark.parametrize("stat", ["g2", "chi2"])
+def test_noisy_table_statistic_is_the_statistic_of_the_clipped_marginal(stat):
+    rng = np.random.default_rng(3)
+    noisy = (rng.poisson(3.0, (2, 3, 4, 2, 3)) + rng.laplace(0, 2.0, (2, 3, 4, 2, 3))).astype(np.float32)
+    test = citests.NoisyTableGSquare(noisy, 500, stat, n_min_factor=0)
+    x, y, S = np.array([0, 2, 4, 1]), np.array([1, 4, 0, 3]), np.array([[2, 3], [1, 3], [3, 1], [4, 0]])
+    got, df = test.statistics(x, y, S)
+    for t in range(len(x)):
+        rest = tuple(v for v in range(5) if v not in (x[t], y[t], *S[t]))
+        N = np.clip(noisy.astype(np.float64).sum(axis=rest), 0, None)  # axes: the kept variables, ascending
+        kept = sorted((x[t], y[t], *S[t]))
+        N = N.transpose([kept.index(v) for v in (*S[t], x[t], y[t])]).reshape(-1, noisy.shape[x[t]], noisy.shape[y[t]])
+        if stat == "g2":
+            want = 2 * (citests.h(N).sum() - citests.h(N.sum(2)).sum() - citests.h(N.sum(1)).sum()
+                        + citests.h(N.sum((1, 2))).sum())
+        else:
+            want = citests.chi2_statistic(N[None])[0]
+        assert got[t] == pytest.approx(want, rel=1e-9)
+    assert (df == test.df(x, y, S)).all()
+
+
+# ---------------------------------------------------------------------------------------------- configs
+@pytest.mark.parametrize("name", ["pc", "lapmech", "privpc", "privpc_star"])
+def test_typed_configs_take_their_defaults_from_the_yaml_only(name):
+    plugin = registry.make(name)
+    assert type(plugin).Config is not None and plugin.cfg.tau == 0.01
+    with pytest.raises(ConfigError, match="algo.tau=1.5 is out of range"):
+        registry.make(name, tau=1.5)
+    with pytest.raises(ConfigError, match="algo.distance is not a key of algo"):
+        registry.make(name, distance="greedy")
+
+
+# ---------------------------------------------------------------------------------------------- evaluation
+def test_graph_evaluator_caches_the_reference_graph(tmp_path, monkeypatch):
+    monkeypatch.setenv("PRIVFAIR_CACHE_DIR", str(tmp_path))
+    data, _, _ = categorical_data(4, p=6, s=0.3, n=3000)
+    data.meta.pop("true_adjacency")  # data without a generating graph, as Adult
+    priv, _ = fit("privpc", data, 5.0)
+    first = evaluate.graph(priv, data, None, None)
+    reference = priv.reference_graph(data)
+    assert (priv.reference_adjacency == reference).all()
+    assert first["true_edges"] == reference.sum() // 2
+    assert len(list((tmp_path / "reference").glob("*.npy"))) == 1
+    monkeypatch.setattr(type(priv), "reference_graph", lambda self, d: pytest.fail("recomputed"))
+    assert evaluate.graph(priv, data, None, None) == first
+    lap, _ = fit("lapmech", data, 5.0, n_min_factor=5)  # other reference settings: another entry
+    monkeypatch.undo()
+    monkeypatch.setenv("PRIVFAIR_CACHE_DIR", str(tmp_path))
+    evaluate.graph(lap, data, None, None)
+    assert len(list((tmp_path / "reference").glob("*.npy"))) == 2
+
+
+def test_pc_without_a_generating_graph_is_its_own_reference_and_says_so(tmp_path, monkeypatch):
+    monkeypatch.setenv("PRIVFAIR_CACHE_DIR", str(tmp_path))
+    data, _, _ = categorical_data(4, p=6, s=0.3, n=3000)
+    data.meta.pop("true_adjacency")
+    pc, _ = fit("pc", data)
+    m = evaluate.graph(pc, data, None, None)
+    assert m["edge_tpr"] == 1 and m["edge_fpr"] == 0
+    assert any("reference graph is pc itself" in w for w in pc.warnings())
+    with_truth, _, _ = categorical_data(4, p=6, s=0.3, n=3000)
+    assert fit("pc", with_truth)[0].warnings() == []
+
+
+GRAPH_DATA = {"synthetic_categorical": {"n": 1500, "p": 6}, "synthetic_gaussian": {"n": 1500, "p": 6},
+              "adult_pc": {"n": 2000}, "adult": {"n": 2000}}
+REFUSED = {("lapmech", "synthetic_gaussian"): r"a G\^2 test needs a categorical dataset",
+           ("privpc", "synthetic_gaussian"): r"a G\^2 test needs a categorical dataset",
+           ("lapmech", "adult"): "cells > algo.max_cells"}  # Adult's discrete view has 100-bin attributes
+
+
+SLOW = {("lapmech", "adult_pc"), ("privpc", "adult_pc"), ("privpc", "adult")}  # 5-10 s each on 2 shared cores
+
+
+@pytest.mark.parametrize(("algo", "data_name"), [
+    pytest.param(a, d, marks=[pytest.mark.slow] if (a, d) in SLOW else [])
+    for a in ("pc", "lapmech", "privpc", "privpc_star") for d in GRAPH_DATA])
+def test_every_learner_runs_with_defaults_on_every_graph_dataset(algo, data_name, tmp_path, monkeypatch):
+    """Defaults, eps = 1: a complete result, or the one-line refusal where the pair is impossible."""
+    if data_name.startswith("adult"):
+        needs_data("adult")
+        if not have_data("adult"):
+            pytest.skip("dataset folder adult/ not available")
+    monkeypatch.setenv("PRIVFAIR_CACHE_DIR", str(tmp_path))
+    data, test = split_table(data_name, **GRAPH_DATA[data_name])
+    if (algo, data_name) in REFUSED:
+        with pytest.raises(DataError, match=REFUSED[algo, data_name]):
+            fit(algo, data)
+        return
+    plugin, ledger = fit(algo, data)
+    m = evaluate.graph(plugin, data, test, None)
+    p = len(plugin.names)
+    assert plugin.adjacency.shape == (p, p) and m["num_edges"] == plugin.adjacency.sum() // 2
+    assert 0 <= m["tpr_pub"] <= 1 and 0 <= m["tdr_pub"] <= 1
+    assert ledger.spent()[0] <= 1.0 and (ledger.spent()[0] > 0) == (algo != "pc")
