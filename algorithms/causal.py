@@ -31,10 +31,10 @@ Guarantees (what `claims()` returns, and why):
   used by the Table 4.8-4.11 presets) does not, and says so in the run's warnings and its ledger note.
 - `pc`: none (non-private).
 
-Warnings (`Plugin.warn`, written to the result and printed by `privfair run`): `pc` on data without a generating graph (its reference is
-itself, so its edge metrics are 1 by construction); `privpc_star` on categorical data (the Fisher z test reads
-the category codes as numbers) or without row clipping; `privpc` whose fixed per-round budget ran out before the
-last order (the remaining nodes keep their edges).
+Warnings (`Plugin.warn`, written to the result and printed by `privfair run`): `pc` on data without a generating
+graph (its reference is itself, so its edge metrics are 1 by construction); `privpc_star` on categorical data (the
+Fisher z test reads the category codes as numbers) or without row clipping; `privpc` whose fixed per-round budget
+ran out before the last order (the remaining nodes keep their edges).
 
 Deviations from the thesis, all chosen by the spec (privpc.md §0, §8):
 - PrivPC's sign convention is the corrected one (§3.3): positive distance = independent = deletion candidate;
