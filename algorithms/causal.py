@@ -62,7 +62,7 @@ from functools import lru_cache
 from itertools import combinations
 from math import comb
 from pathlib import Path
-from typing import Literal
+from typing import ClassVar, Literal
 
 import numpy as np
 from scipy.special import comb as ncomb
@@ -371,12 +371,19 @@ class PCFamily(Plugin):
     mechanisms = ()
 
     def learn(self, data, budget, ledger, rng):
-        """(adjacency, sepset, stats) of the private or non-private skeleton phase."""
+        """(adjacency, sepset, stats) of the skeleton phase: PC-stable on this learner's test."""
+        test, stats = self.ci_test(data, budget, ledger, rng)
+        adj, sep, found = skeleton(test, self.cfg.tau, self.cfg.max_order)
+        return adj, sep, found | stats
+
+    def ci_test(self, data, budget, ledger, rng):
+        """(CI test, numbers for the result): the data's own test, or a test on a private release of the data."""
         raise NotImplementedError
 
     def reference(self) -> dict:
-        """The non-private test this learner privatises, as `data_test` arguments (§4.6.3: the reference graph
-        for data without a generating graph is PC with it on the same data)."""
+        """The non-private test this learner privatises, as `data_test` arguments, every option spelled out so
+        that learners with the same test share one cached reference (§4.6.3: the reference graph for data without
+        a generating graph is PC with that test on the same data)."""
         raise NotImplementedError
 
     def fit(self, data, budget, ledger, rng, device="cpu"):
@@ -421,30 +428,36 @@ class PC(PCFamily):
     guarantee = "none"
     Config = PCConfig
 
-    def learn(self, data, budget, ledger, rng):
+    def ci_test(self, data, budget, ledger, rng):
         test = self.cfg.ci_test
         if test == "auto":
             test = "g2" if data.frame is not None and data.domain else "fisher_z"
         self.test_name = test
         if self.true_dag is None:
-            self.warn(f"data={data.name} has no generating graph: the reference graph is pc itself on the "
-                              "same data, so the edge metrics are 1 by construction (only the graph and its size "
-                              "mean something)")
-        return skeleton(data_test(data, **self.reference()), self.cfg.tau, self.cfg.max_order)
+            self.warn(f"data={data.name} has no generating graph: the reference graph is pc itself on the same data, "
+                      "so the edge metrics are 1 by construction (only the graph and its size mean something)")
+        return data_test(data, **self.reference()), {}
 
     def reference(self) -> dict:
+        if self.test_name == "fisher_z":
+            return {"test": "fisher_z"}
         return {"test": self.test_name, "n_min_factor": self.cfg.n_min_factor, "df": self.cfg.df}
 
     def reference_graph(self, data) -> np.ndarray:
-        return self.adjacency.copy() if self.cfg.max_order is None else super().reference_graph(data)
+        """Itself when no order cap binds (an order above p - 2 conditions on more nodes than there are)."""
+        uncapped = self.cfg.max_order is None or self.cfg.max_order >= len(self.names) - 2
+        return self.adjacency.copy() if uncapped else super().reference_graph(data)
 
 
-def noisy_contingency_table(codes: np.ndarray, cats, eps: float, rng, ledger) -> np.ndarray:
+def noisy_contingency_table(codes: np.ndarray, cats, eps: float, rng, ledger, max_cells: int) -> np.ndarray:
     """The full contingency table (shape `cats`, float32) plus Lap(1/eps) on every cell, empty ones included.
     The Laplace mechanism (sensitivity 1) is recorded once; its noise is drawn in chunks so that a table of
-    2^29 cells never needs a float64 copy."""
+    2^29 cells never needs a float64 copy. A table above `max_cells` cells is refused before anything is spent."""
     shape = tuple(int(c) for c in cats)
-    cells = int(np.prod(shape))
+    cells = int(np.prod(shape, dtype=np.float64))
+    if cells > max_cells:
+        raise DataError(f"lapmech: the full table of these data has {cells:.3g} cells > algo.max_cells={max_cells}; "
+                        "use fewer or coarser variables")
     table = np.bincount(np.ravel_multi_index(codes.T, shape), minlength=cells).astype(np.float32)
     ledger.spend_pure("laplace", eps, 1.0, f"full contingency table ({cells} cells)")
     chunk = 1 << 24
@@ -479,49 +492,47 @@ def noisy_correlation(X: np.ndarray, eps: float, rng, ledger, row_clip: bool) ->
     return rho
 
 
+class LaplaceRelease(PCFamily):
+    """Learners that release the data's sufficient statistic once with Laplace noise and run PC-stable on the
+    release (post-processing): `lapmech` (the full contingency table), `privpc_star` (the covariance)."""
+
+    mechanisms: ClassVar[tuple[str, ...]] = ("laplace",)
+
+
 @register
-class LapMech(PCFamily):
+class LapMech(LaplaceRelease):
     """`lapmech`: Laplace(1/eps) on every cell of the full contingency table, then PC on its marginals."""
 
     name = "lapmech"
-    mechanisms = ("laplace",)
     Config = LapMechConfig
 
-    def learn(self, data, budget, ledger, rng):
-        codes, cats = categorical_view(data)
-        cells = int(np.prod(cats, dtype=np.float64))
-        if cells > self.cfg.max_cells:
-            raise DataError(f"lapmech: data={data.name}'s full table has {cells:.3g} cells > "
-                            f"algo.max_cells={self.cfg.max_cells}; use fewer or coarser variables")
-        table = noisy_contingency_table(codes, cats, budget.eps, rng, ledger)
-        test = NoisyTableGSquare(table, len(codes), self.cfg.ci_test, self.cfg.n_min_factor)
-        adj, sep, stats = skeleton(test, self.cfg.tau, self.cfg.max_order)
-        return adj, sep, stats | {"table_cells": cells}
+    def ci_test(self, data, budget, ledger, rng):
+        table = noisy_contingency_table(*categorical_view(data), budget.eps, rng, ledger, self.cfg.max_cells)
+        return NoisyTableGSquare(table, len(data), self.cfg.ci_test, self.cfg.n_min_factor), {"table_cells": table.size}
 
     def reference(self) -> dict:
-        return {"test": self.cfg.ci_test, "n_min_factor": self.cfg.n_min_factor}
+        return {"test": self.cfg.ci_test, "n_min_factor": self.cfg.n_min_factor, "df": "fixed"}
 
 
 @register
-class PrivPCStar(PCFamily):
+class PrivPCStar(LaplaceRelease):
     """`privpc_star`: Laplace on the covariance (sensitivity p(p+1)/(2(n-1)), Eq. 4.5), then Gaussian PC."""
 
     name = "privpc_star"
-    mechanisms = ("laplace",)
     guarantee = "heuristic"
     Config = PrivPCStarConfig
 
-    def learn(self, data, budget, ledger, rng):
+    def ci_test(self, data, budget, ledger, rng):
         X, codes = numeric_view(data)
         if codes:
-            self.warn(f"privpc_star's Fisher z test reads data={data.name}'s category codes as numbers "
-                              "(linear association of the codes; for nominal attributes it depends on the coding)")
+            self.warn(f"privpc_star's Fisher z test reads data={data.name}'s category codes as numbers (linear "
+                      "association of the codes; for nominal attributes it depends on the coding)")
         if not self.cfg.row_clip:
-            self.warn("algo.row_clip=false: rows are not clipped to the norm bound ||x||^2 <= p that the "
-                              "noise scale assumes, so the released covariance has no privacy guarantee")
+            self.warn("algo.row_clip=false: rows are not clipped to the norm bound ||x||^2 <= p that the noise "
+                      "scale assumes, so the released covariance has no privacy guarantee")
         rho = noisy_correlation(X, budget.eps, rng, ledger, self.cfg.row_clip)
-        adj, sep, stats = skeleton(FisherZ(rho, len(X)), self.cfg.tau, self.cfg.max_order)
-        return adj, sep, stats | {"nan_correlations": int(np.isnan(rho).sum()), "rows_clipped": int(self.cfg.row_clip)}
+        return FisherZ(rho, len(X)), {"nan_correlations": int(np.isnan(rho).sum()),
+                                      "rows_clipped": int(self.cfg.row_clip)}
 
     def reference(self) -> dict:
         return {"test": "fisher_z"}
@@ -538,8 +549,7 @@ class PrivPC(PCFamily):
     Config = PrivPCConfig
 
     def learn(self, data, budget, ledger, rng):
-        codes, cats = categorical_view(data)
-        test = GSquare(codes, cats, "g2", self.cfg.n_min_factor)
+        test = GSquare(*categorical_view(data), "g2", self.cfg.n_min_factor)
         L = self.cfg.max_order
         eps_r = round_eps(self.cfg.round_budget) or budget.eps / (test.n_vars * (L + 1))
         if eps_r > budget.eps * (1 + BUDGET_SLACK):
@@ -552,10 +562,10 @@ class PrivPC(PCFamily):
         adj, sep, stats = skeleton(test, self.cfg.tau, L, rule)
         if rule.exhausted:
             self.warn(f"algo.round_budget={self.cfg.round_budget}: the budget ran out after "
-                              f"{rule.stats['privpc_rounds']} rounds, at order {stats['max_order_reached'] + 1}; "
-                              "the nodes not reached keep all their edges")
+                      f"{rule.stats['privpc_rounds']} rounds, at order {stats['max_order_reached'] + 1}; the nodes "
+                      "not reached keep all their edges")
         return adj, sep, stats | {"eps_per_round": eps_r}
 
     def reference(self) -> dict:
-        return {"test": "g2", "n_min_factor": self.cfg.n_min_factor}
+        return {"test": "g2", "n_min_factor": self.cfg.n_min_factor, "df": "fixed"}
 

@@ -338,7 +338,7 @@ class GreedyFlip:
     best move per direction, and a test's best move is the best over its strata. Counts stay integers, so
     h(x) = x ln x is read from a table of its values."""
 
-    MOVES = (1, -1)
+    MOVES = np.array([[1], [-1]])
 
     def __init__(self, tab: Tables, crit: np.ndarray, d_max: int):
         self.tab, self.crit, self.d_max = tab, crit, d_max
@@ -357,14 +357,13 @@ class GreedyFlip:
         idx, seg, lens = _ranges(tab.stratum_cells[strata], tab.stratum_cells[strata + 1])
         n, a, b, k = self.N[idx] + 1, self.Na[tab.cell_row[idx]] + 1, self.Nb[tab.cell_col[idx]] + 1, \
             self.Nk[tab.cell_stratum[idx]] + 1
-        hn, ha, hb, hk = H[n], H[a], H[b], H[k]
-        s = self.sign[tab.cell_test[idx]]
-        for m, delta in enumerate(self.MOVES):
-            dG = 2 * (H[n + delta] - hn - (H[a + delta] - ha) - (H[b + delta] - hb) + H[k + delta] - hk)
-            gain = np.where(n > 1, s * dG, -np.inf) if delta < 0 else s * dG
-            top = np.maximum.reduceat(gain, seg)
-            first = np.minimum.reduceat(np.where(gain == np.repeat(top, lens), np.arange(len(idx)), len(idx)), seg)
-            self.best_gain[m, strata], self.best_cell[m, strata] = top, idx[first]
+        d = self.MOVES  # rows: +1, -1
+        dG = 2 * (H[n + d] - H[n] - (H[a + d] - H[a]) - (H[b + d] - H[b]) + H[k + d] - H[k])
+        gain = self.sign[tab.cell_test[idx]] * dG
+        gain[1, n == 1] = -np.inf  # no record to remove from an empty cell
+        top = np.maximum.reduceat(gain, seg, axis=1)
+        pos = np.where(gain == np.repeat(top, lens, axis=1), np.arange(len(idx)), len(idx))
+        self.best_gain[:, strata], self.best_cell[:, strata] = top, idx[np.minimum.reduceat(pos, seg, axis=1)]
 
     def choose(self, tests: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(direction, cell, gain) of each test's best move: the first maximum over its +1 moves, then -1 moves."""

@@ -13,6 +13,7 @@ import time
 
 import numpy as np
 
+from privfair_cli import registry
 from privfair_cli.algorithms import causal, citests
 from privfair_cli.datasets import synthetic_categorical, synthetic_gaussian
 from privfair_cli.privacy import Budget, PrivacyLedger
@@ -54,7 +55,7 @@ def categorical(p=30, n=10_000, s=0.1, seed=0):
     row("privfair pc (g2, causal-learn df)", secs, st["ci_tests"], int(adj.sum()) // 2, cl_secs)
     (adj, _, st), secs = timed(lambda: causal.skeleton(citests.GSquare(codes, cats, "g2", 10), ALPHA))
     row("privfair pc (g2, pcalg n.min rule)", secs, st["ci_tests"], int(adj.sum()) // 2, cl_secs)
-    plugin = causal.PrivPC(max_order=2)
+    plugin = registry.make("privpc", max_order=2)
     _, secs = timed(lambda: plugin.fit(table, Budget(5.0), PrivacyLedger(Budget(5.0)), np.random.default_rng(1)))
     row("privfair privpc (eps 5, L 2)", secs, int(plugin.stats["ci_tests"]), int(plugin.adjacency.sum()) // 2,
         cl_secs)
@@ -76,7 +77,7 @@ def gaussian(p=50, n=10_000, s=0.1, seed=0):
     row("privfair pc (fisher_z)", secs, st["ci_tests"], int(adj.sum()) // 2, cl_secs)
     ledger = PrivacyLedger(Budget(1.0))
     (adj, _, st), secs = timed(lambda: causal.skeleton(
-        citests.FisherZ(causal.noisy_correlation(X, 1.0, np.random.default_rng(1), ledger), n), ALPHA))
+        citests.FisherZ(causal.noisy_correlation(X, 1.0, np.random.default_rng(1), ledger, row_clip=True), n), ALPHA))
     row("privfair privpc_star (eps 1)", secs, st["ci_tests"], int(adj.sum()) // 2, cl_secs)
 
 

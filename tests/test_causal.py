@@ -162,7 +162,7 @@ def test_lapmech_noise_scale_and_ledger():
     _, codes, cats = categorical_data(4, p=4, n=2000)
     eps = 0.5
     ledger = PrivacyLedger(Budget(eps))
-    noisy = causal.noisy_contingency_table(codes, cats, eps, np.random.default_rng(5), ledger)
+    noisy = causal.noisy_contingency_table(codes, cats, eps, np.random.default_rng(5), ledger, 2**20)
     exact = np.zeros(tuple(cats))
     np.add.at(exact, tuple(codes.T), 1)
     noise = (noisy - exact).ravel()
@@ -445,3 +445,14 @@ def test_every_learner_runs_with_defaults_on_every_graph_dataset(algo, data_name
     assert plugin.adjacency.shape == (p, p) and m["num_edges"] == plugin.adjacency.sum() // 2
     assert 0 <= m["tpr_pub"] <= 1 and 0 <= m["tdr_pub"] <= 1
     assert ledger.spent()[0] <= 1.0 and (ledger.spent()[0] > 0) == (algo != "pc")
+
+
+def test_learners_with_the_same_test_share_one_reference(tmp_path, monkeypatch):
+    monkeypatch.setenv("PRIVFAIR_CACHE_DIR", str(tmp_path))
+    data, _, _ = categorical_data(4, p=6, s=0.3, n=3000)
+    data.meta.pop("true_adjacency")
+    pc, _ = fit("pc", data, max_order=1)  # capped: its reference is computed, not its own graph
+    evaluate.graph(pc, data, None, None)
+    priv, _ = fit("privpc", data, 5.0)
+    monkeypatch.setattr(type(priv), "reference_graph", lambda self, d: pytest.fail("recomputed"))
+    assert (evaluate.graph(priv, data, None, None)["true_edges"] == fit("pc", data)[0].adjacency.sum() // 2)
