@@ -21,7 +21,7 @@ against the generating graph, or, for data without one (Adult), against the lear
 (`reference_graph`: PC with the same test on the same data, §4.6.3), cached on disk.
 
 Guarantees (what `claims()` returns, and why):
-- `lapmech`: eps-DP.
+- `lapmech`: eps-DP (the number of records n, used by the small-sample rule, is treated as public).
 - `privpc`: heuristic. Corollaries 1-2 give q1, q2 sensitivity 1 for the exact distance score; the score here is
   a greedy search (P3), an upper bound of the exact minimum, whose sensitivity is not proven (spec §3.4).
 - `privpc_star`: heuristic. The thesis' sensitivity assumes ||x||^2 <= p per record (P14) and, as the spec notes
@@ -48,7 +48,8 @@ Deviations from the thesis, all chosen by the spec (privpc.md §0, §8):
 - G^2 keeps pcalg's small-sample rule (p-value 1 when n < 10 df); LapMech clips noisy marginal cells at 0 and
   uses the public n (P16). LapMech refuses full tables above `max_cells` (2^29 cells).
 - PrivPC* runs on the raw covariance (no standardisation, §5 step 1); `row_clip` rescales rows to norm <= sqrt(p)
-  without standardising columns first (§5 step 6 standardises: not done, so that clipped runs stay comparable).
+  without standardising the columns first (§5 step 6 does, with means and scales "treated as public": here they
+  would be read off the private data).
 - On categorical data PrivPC* (Fisher z) reads the category codes as numbers (not in the thesis, which runs it on
   Gaussian data only).
 - CI tests are counted once per distinct test computed (pcalg repeats order-0 tests of dependent pairs).
@@ -172,7 +173,7 @@ class PrivateSelection:
 
     def __init__(self, test, tau: float, eps_r: float, eps1_frac: float, sign: float, d_max: int, rng, ledger):
         self.test, self.tau, self.rng, self.ledger = test, tau, rng, ledger
-        self.eps_r, self.eps1, self.eps2 = eps_r, eps1_frac * eps_r, eps_r - eps1_frac * eps_r
+        self.eps_r, self.eps1, self.eps2 = eps_r, eps1_frac * eps_r, (1 - eps1_frac) * eps_r  # inf at eps = inf
         self.sign, self.d_max = sign, d_max
         self.exhausted = False
         self.stats = {"ci_tests": 0, "privpc_rounds": 0}
