@@ -239,6 +239,12 @@ def test_privpc_at_large_eps_returns_the_pc_skeleton(seed):
     assert sum(e["note"].startswith("privpc beta_hat") for e in ledger.to_dict()["ledger"]) == rounds
 
 
+def test_privpc_at_eps_inf_is_the_noise_free_limit():
+    data, _, _ = categorical_data(1, p=6, s=0.3, n=8000)
+    priv, ledger = fit("privpc", data, float("inf"), max_order=2)
+    assert (priv.adjacency == fit("pc", data)[0].adjacency).all() and priv.stats["privpc_rounds"] > 0
+
+
 def test_privpc_budget_schedule():
     data, _, _ = categorical_data(8, p=6, s=0.3, n=3000)
     eps = 1.0
