@@ -15,3 +15,11 @@ class DataError(PrivfairError):
 
 class BudgetExceeded(PrivfairError):
     """A plugin tried to spend more privacy budget than the run was given."""
+
+
+class ResultsError(PrivfairError):
+    """A results folder cannot be written or read (read-only, missing, disk full)."""
+
+
+class RunFolderTaken(ResultsError):
+    """A run folder holds a complete result of another config, which a run never replaces."""

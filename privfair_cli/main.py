@@ -5,7 +5,7 @@ Hydra starts, the overrides are checked and the config composed and validated on
 value fails in a fraction of a second with one line, before any data is touched. Errors print one line and
 exit non-zero; `--debug` (or HYDRA_FULL_ERROR=1) shows the traceback.
 
-A sweep with more than one job runs on the joblib launcher unless another is chosen (`sweep.launcher_plan`).
+A sweep with more than one job runs on the joblib launcher unless another is chosen (`threads.launcher_plan`).
 A bad value at some points of a sweep is named up front, and those jobs are recorded as failed while the others
 run. The sweep exits 1 if any job failed.
 """
@@ -13,13 +13,19 @@ run. The sweep exits 1 if any job failed.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+import signal
 import sys
+import tempfile
+import threading
+import traceback
 from pathlib import Path
 
-from privfair_cli import sweep
+from privfair_cli import compose, results, runid, threads, watch  # noqa: F401 (runid: the ${run_id:} resolver)
 from privfair_cli.config import config_dir, group_options
-from privfair_cli.errors import ConfigError, PrivfairError
+from privfair_cli.errors import ConfigError, PrivfairError, ResultsError
+from privfair_cli.sweep import Outcome, summary_line
 
 EXIT_ERROR = 2
 
@@ -34,25 +40,47 @@ def run_hydra(args: list[str], debug: bool) -> int:
     if any(a.startswith("-") and "=" not in a for a in overrides):
         bad = next(a for a in overrides if a.startswith("-") and "=" not in a)
         raise ConfigError(f"unknown option {bad}; `privfair run` takes Hydra overrides key=value and -m")
-    bad_points = sweep.prevalidate(overrides, multirun)
-    env = {}
+    bad_points = compose.prevalidate(overrides, multirun)
+    env = {"HYDRA_FULL_ERROR": "1"}  # Hydra re-raises what it cannot do (create the run folder): one line here
+    outcome = None
     if multirun:
         for point in bad_points:
             print(f"privfair: warning: {point}; its runs will be recorded as failed", file=sys.stderr)
-        n_jobs = len(sweep.expand(overrides))
-        overrides, threads = sweep.launcher_plan(overrides, n_jobs)
-        env = sweep.thread_env(threads) | {"PRIVFAIR_SWEEP_TOTAL": str(n_jobs), "PRIVFAIR_SWEEP_PID": str(os.getpid())}
-    job = hydra.main(config_path=str(config_dir()), config_name="config", version_base=None)(
-        _job_function(multirun, debug))
+        n_jobs = len(compose.expand(overrides))
+        overrides, cap = threads.launcher_plan(overrides, n_jobs)
+        handle, outcome = tempfile.mkstemp(prefix="privfair-sweep-", suffix=".json")
+        os.close(handle)
+        env |= threads.thread_env(cap) | {"PRIVFAIR_SWEEP_TOTAL": str(n_jobs), "PRIVFAIR_SWEEP_PID": str(os.getpid()),
+                                          watch.OUTCOME_ENV: outcome}
+    job = Job(multirun, debug)
+    task = hydra.main(config_path=str(config_dir()), config_name="config", version_base=None)(job)
 
     GlobalHydra.instance().clear()
+    try:
+        with _environment(env, ["privfair"] + (["--multirun"] if multirun else []) + overrides), \
+                watch.prevalidated_sweep():
+            task()
+        if job.error is not None:
+            raise job.error
+        return 1 if outcome and Outcome.load(outcome).failed else 0
+    except KeyboardInterrupt as err:
+        raise Interrupted(getattr(err, "signal", "SIGINT"), _kept(outcome)) from None
+    except OSError as err:  # raised by Hydra before the run started: the run folder or its log cannot be made
+        raise ResultsError(f"cannot write {err.filename or 'the run folder'}: {err.strerror or err}") from None
+    finally:
+        GlobalHydra.instance().clear()
+        if outcome:
+            os.unlink(outcome)
+
+
+@contextlib.contextmanager
+def _environment(env: dict[str, str], argv: list[str]):
+    """`env` in os.environ and `argv` as sys.argv (what hydra.main reads) within the block."""
     saved = {k: os.environ.get(k) for k in env} | {"argv": sys.argv}
     os.environ.update(env)
-    sys.argv = ["privfair"] + (["--multirun"] if multirun else []) + overrides
-    sweep.LAST = None
+    sys.argv = argv
     try:
-        with sweep.prevalidated_sweep():
-            job()
+        yield
     finally:
         sys.argv = saved.pop("argv")
         for k, v in saved.items():
@@ -60,46 +88,56 @@ def run_hydra(args: list[str], debug: bool) -> int:
                 os.environ.pop(k)
             else:
                 os.environ[k] = v
-        GlobalHydra.instance().clear()
-    return 1 if sweep.LAST is not None and sweep.LAST.failed else 0
 
 
-def _job_function(multirun: bool, debug: bool):
-    """The task Hydra runs once per job, in this process or (joblib, submitit) in another. In a multirun a job
-    never raises: a failure is written to the run's folder and to the sweep's job records, and the sweep goes on."""
+def _kept(outcome: str | None) -> str:
+    """What an interrupted run leaves: every complete result, and for a sweep how many there are and where."""
+    try:
+        sweep = Outcome.load(outcome) if outcome else None
+    except (OSError, ValueError):  # interrupted before the sweep started: the file is still empty
+        return "no run had started"
+    if sweep is None:
+        return "a complete earlier result in its folder is kept"
+    done = len(results.complete_runs(sweep.sweep_dir))
+    return f"{done}/{sweep.total} runs complete in {sweep.sweep_dir} are kept"
 
-    def job(cfg):
+
+class Job:
+    """The task Hydra runs once per job, in this process or (joblib, submitit) in another, where unpickling it
+    imports this module (and with it `runid`'s `${run_id:}` resolver, which names the run folder). In a multirun
+    a job never raises: a failure is written to the run's folder and to the sweep's job records, and the sweep
+    goes on."""
+
+    def __init__(self, multirun: bool, debug: bool):
+        self.multirun, self.debug = multirun, debug
+        self.error: PrivfairError | None = None  # a single run's error, raised again by run_hydra
+
+    def __call__(self, cfg) -> None:
         from hydra.core.hydra_config import HydraConfig
 
-        from privfair_cli import results, runner
+        from privfair_cli import runner
 
         hc = HydraConfig.get()
-        run_dir = Path(hc.runtime.output_dir)
-        if not multirun:
+        run_dir, task = Path(hc.runtime.output_dir), list(hc.overrides.task)
+        if not self.multirun:
             try:
-                record = runner.run(cfg, run_dir)
-            except Exception as err:
-                results.write_failure(run_dir, err, list(hc.overrides.task))
-                if debug or not isinstance(err, PrivfairError):
+                _print_record(runner.run(cfg, run_dir, overrides=task), run_dir)
+            except PrivfairError as err:  # not raised through Hydra, which would print more than its one line
+                if self.debug:
                     raise
-                print(f"privfair: error: {err}", file=sys.stderr)
-                raise SystemExit(EXIT_ERROR) from None
-            _print_record(record, run_dir)
+                self.error = err
             return
-        sweep.limit_threads()
+        threads.limit_threads()
         messages: list[str] = []
         try:
-            record = runner.run(cfg, run_dir, log=messages.append)
+            record = runner.run(cfg, run_dir, log=messages.append, overrides=task)
             status = "skipped" if any(m.startswith("skip") for m in messages) else "done"
-            line = sweep.summary_line(record)
+            line = summary_line(record)
         except Exception as err:  # one bad point or one crashing algorithm must not take the sweep down
-            results.write_failure(run_dir, err, list(hc.overrides.task))
-            status, line = "failed", f"{' '.join(hc.overrides.task)}: {type(err).__name__}: {err}"
-            if debug:
-                messages.append(results.failures(run_dir)[0]["traceback"])
-        sweep.record_job(Path(hc.sweep.dir), hc.job.num, status, run_dir, line, messages)
-
-    return job
+            status, line = "failed", f"{' '.join(task)}: {type(err).__name__}: {err}"
+            if self.debug:
+                messages.append("".join(traceback.format_exception(err)))
+        watch.record_job(Path(hc.sweep.dir), hc.job.num, status, run_dir, line, messages)
 
 
 def _print_record(record: dict, run_dir: Path) -> None:
@@ -115,8 +153,9 @@ def _print_record(record: dict, run_dir: Path) -> None:
     fmt = ["nan" if m[k] is None else f"{m[k]:.4f}" for k in keys]
     table.add_row(*fmt, f"{record['privacy']['eps_spent']:.4g}", f"{record['timings']['total']:.2f}")
     Console().print(table)
-    print(f"guarantee: {record['guarantee']} (noise: {record['privacy'].get('noise', 'seeded')})")
-    for warning in record["warnings"]:
+    if "guarantee" in record:  # a resumed result written before it was recorded has none
+        print(f"guarantee: {record['guarantee']} (noise: {record['privacy'].get('noise', 'seeded')})")
+    for warning in record.get("warnings", []):
         print(f"warning: {warning}")
     print(f"results: {run_dir}")
 
@@ -186,7 +225,39 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+class Interrupted(KeyboardInterrupt):
+    """SIGINT (Ctrl-C) or SIGTERM: stop, a sweep's worker processes with it (joblib kills its workers when the
+    launching process raises), keep every complete result, and say how to resume."""
+
+    def __init__(self, signal_name: str = "SIGINT", kept: str = ""):
+        super().__init__(signal_name)
+        self.signal, self.kept = signal_name, kept
+
+
+def _on_sigterm(signum, frame) -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # once: the cleanup that follows must not be cut short
+    raise Interrupted("SIGTERM")
+
+
 def main(argv: list[str] | None = None) -> int:
+    in_main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _on_sigterm) if in_main_thread else None
+    try:
+        return _main(argv)
+    except KeyboardInterrupt as err:
+        from privfair_cli import progress
+
+        progress.close()
+        name = getattr(err, "signal", "SIGINT")
+        kept = getattr(err, "kept", "") or "complete results are kept"
+        print(f"privfair: interrupted by {name}: {kept}; run the same command again to resume", file=sys.stderr)
+        return 128 + signal.Signals[name].value
+    finally:
+        if in_main_thread:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _main(argv: list[str] | None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv or os.environ.get("HYDRA_FULL_ERROR") == "1"
     argv = [a for a in argv if a != "--debug"]

@@ -31,6 +31,14 @@ def mode() -> str:
     return chosen
 
 
+def close() -> None:
+    """Take any bar off the screen (an interrupted sweep never reaches the end of its bar's block)."""
+    global _live
+    if _live is not None:
+        _live.stop()
+        _live = None
+
+
 def _clock(seconds: float) -> str:
     seconds = int(round(seconds))
     return f"{seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"

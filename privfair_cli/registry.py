@@ -34,7 +34,8 @@ class Plugin:
     `extra_metrics()` may return plugin-specific numbers (flat name -> number) for metrics.json and
     A plugin may define `evaluate(train, test, rng) -> dict` to replace its kind's default evaluation
     (evaluate.py), e.g. to add the metrics its family's spec asks for.
-    `artifacts(run_dir)` may write small files (weights, graphs, curves) into the run folder.
+    `artifacts(folder)` may write small files (weights, graphs, curves) into the folder it is given: the run's
+    `artifacts/`, swapped into the run folder with the rest of the result.
     """
 
     name: ClassVar[str]

@@ -1,7 +1,11 @@
-"""`privfair report PATH`: mean ± std over seeds per (algo, data, eps, other swept keys), and with `--plot eps`
-the privacy-utility-fairness trade-off plot: the main metrics against eps (or any other swept key), one line per
-algorithm (and value of the other swept keys), a band of ± one standard deviation over seeds, one column per
-dataset."""
+"""`privfair report PATH`: mean ± std over seeds per (algo, data, eps, guarantee, other swept keys), and with
+`--plot eps` the privacy-utility-fairness trade-off plot: the main metrics against eps (or any other swept key),
+one line per algorithm (and value of the other swept keys), a band of ± one standard deviation over seeds, one
+column per dataset.
+
+A metrics.json that cannot be used (truncated, not JSON, missing keys, a value of the wrong type) is left out
+with one line naming its run folder and why; so is each failed run. The `guarantee` column appears when the
+records carry one (eps-DP, (eps,delta)-DP, zCDP, heuristic, none)."""
 
 from __future__ import annotations
 
@@ -11,7 +15,7 @@ from pathlib import Path
 import pandas as pd
 
 from privfair_cli import plots, results
-from privfair_cli.errors import PrivfairError
+from privfair_cli.errors import PrivfairError, ResultsError
 
 MAIN_METRICS = ("accuracy", "risk_difference", "dtpr", "dfpr", "tvd_1way", "tvd_2way", "edge_tpr", "edge_fpr",
                 "edge_tdr", "edge_fdr", "shd", "eps_spent")
@@ -32,13 +36,12 @@ def report(path: Path, metrics: list[str] | None = None, plot: str | None = None
     from rich.table import Table
 
     given = metrics is not None
+    if not Path(path).is_dir():
+        raise ResultsError(f"{path} is not a folder")
     df = results.collect(path)
-    failed = results.failures(path)
-    if failed:
-        print(f"{len(failed)} failed run(s) under {path} are left out (failed.json): "
-              + ", ".join(f["run_dir"] for f in failed[:3]) + (" ..." if len(failed) > 3 else ""))
+    say_left_out(path, df.attrs["skipped"], results.failures(path))
     if df.empty:
-        raise PrivfairError(f"no complete runs (metrics.json) under {path}")
+        raise ResultsError(f"no complete runs (metrics.json) under {path}")
     if metrics is None:
         metrics = [m for m in MAIN_METRICS if m in df.columns and df[m].notna().any()]
     else:
@@ -66,6 +69,18 @@ def report(path: Path, metrics: list[str] | None = None, plot: str | None = None
         plots.tradeoff(summary, plot, shown or metrics, out)
         print(f"wrote {out}")
     return summary
+
+
+def say_left_out(path: Path, skipped: list[tuple[str, str]], failed: list[dict]) -> None:
+    """Name every run the report leaves out and why; a failed re-run whose earlier result is kept, once."""
+    for run_dir, why in skipped:
+        print(f"skipped {run_dir}: {why}")
+    lost = [f["run_dir"] for f in failed if not f["kept"]]
+    kept = [f["run_dir"] for f in failed if f["kept"]]
+    for what, dirs in (("failed and are left out", lost), ("failed on a re-run and keep their earlier result", kept)):
+        if dirs:
+            print(f"{len(dirs)} run(s) under {path} {what} (failed.json): "
+                  + ", ".join(dirs[:3]) + (" ..." if len(dirs) > 3 else ""))
 
 
 def markdown(df: pd.DataFrame) -> str:

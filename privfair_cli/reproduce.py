@@ -250,7 +250,8 @@ def collect_runs(run_dirs: list[Path], spec: dict) -> pd.DataFrame:
 
 def sweep_run_dirs(overrides: list[str], sweep_dir: Path) -> list[Path]:
     """The run folder of every job of the sweep `overrides` (where `run_inprocess` writes it)."""
-    from privfair_cli.sweep import expand, job_config, run_dir_of
+    from privfair_cli.compose import expand, job_config
+    from privfair_cli.sweep import run_dir_of
 
     return [run_dir_of(sweep_dir, job_config(job), job) for job in expand(overrides)]
 

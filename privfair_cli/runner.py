@@ -1,4 +1,5 @@
-"""One run: validate, load, split, fit through the ledger, evaluate, write. Called once per Hydra job."""
+"""One run: validate, resume or load, split, fit through the ledger, evaluate, write (results.Attempt: staged,
+swapped in only when complete). Called once per job, by Hydra's launchers and by the in-process sweep."""
 
 from __future__ import annotations
 
@@ -11,10 +12,11 @@ from pathlib import Path
 import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
-from privfair_cli import __version__, evaluate, registry, results, schema
+from privfair_cli import __version__, evaluate, registry, results, runid, schema
 from privfair_cli import datasets as data_lib
-from privfair_cli.errors import DataError
+from privfair_cli.errors import DataError, RunFolderTaken
 from privfair_cli.privacy import Budget, PrivacyLedger
+from privfair_cli.threads import thread_cap
 
 
 def resolve_device(device: str, plugin_cuda: bool) -> str:
@@ -51,8 +53,6 @@ def load_data(card: schema.DataCard, rng: dict[str, np.random.Generator], log=pr
 def environment(device: str) -> dict:
     from importlib.metadata import version
 
-    from privfair_cli.sweep import thread_cap
-
     env = {"privfair": __version__, "python": platform.python_version(), "numpy": np.__version__,
            "torch": version("torch"), "platform": platform.platform(), "device": device, "threads": thread_cap()}
     if device == "cuda":
@@ -62,28 +62,46 @@ def environment(device: str) -> dict:
     return env
 
 
-def same_run(stored: Path, cfg: DictConfig) -> bool:
-    """Whether a stored config describes the same run: everything but the experiment's `reproduce:` block
-    (comparison metadata such as the reasons for deviating cells) must be equal."""
-    if not stored.is_file():
-        return False
-    old = OmegaConf.to_container(OmegaConf.load(stored))
-    new = OmegaConf.to_container(cfg, resolve=True)
-    old.pop("reproduce", None)
-    new.pop("reproduce", None)
-    return old == new
+def stored_result(run_dir: Path, cfg: DictConfig, overwrite: bool, log=print) -> dict | None:
+    """The record of `run_dir` when it already holds this run complete and `overwrite` is off (resume), else None.
+    Raises RunFolderTaken when it holds a complete result of another config (runid.identity differs)."""
+    if not results.is_complete(run_dir):
+        return None
+    try:
+        differs = runid.differences(runid.identity(OmegaConf.load(run_dir / "config.yaml")), runid.identity(cfg))
+    except Exception as err:  # an unreadable config.yaml (I/O, YAML): whose result it holds cannot be told
+        differs = [f"its config.yaml cannot be read ({type(err).__name__})"]
+    if differs:
+        shown = "; ".join(differs[:3]) + (f"; {len(differs) - 3} more" if len(differs) > 3 else "")
+        raise RunFolderTaken(f"{run_dir} holds a complete result of another config ({shown}); a run never "
+                             f"replaces it: choose another folder (hydra.run.dir / hydra.sweep.dir) or remove it")
+    if overwrite:
+        return None
+    log(f"skip (complete): {run_dir} already holds this run; overwrite=true redoes it")
+    return json.loads((run_dir / "metrics.json").read_text())
 
 
-def run(cfg: DictConfig, run_dir: Path, log=print) -> dict:
-    rc = schema.validate(cfg)
+def run(cfg: DictConfig, run_dir: Path, log=print, overrides: list[str] | None = None) -> dict:
+    """Validate, then resume or run into a staged attempt swapped in only when complete (results.Attempt). A run
+    that raises records why in `failed.json` beside any complete result of the same config, which stays."""
     run_dir = Path(run_dir)
-    config_yaml = OmegaConf.to_yaml(cfg, resolve=True)
-    if results.is_complete(run_dir) and not rc.overwrite:
-        if same_run(run_dir / "config.yaml", cfg):
-            log(f"skip (complete): {run_dir} already holds this run; overwrite=true redoes it")
-            return json.loads((run_dir / "metrics.json").read_text())
-        log(f"re-running: the config differs from the one stored in {run_dir}")
-    results.clear_run(run_dir)  # a failed or outdated attempt's outcome goes before this one starts
+    try:
+        rc = schema.validate(cfg)
+        record = stored_result(run_dir, cfg, rc.overwrite, log)
+        if record is None:
+            with results.Attempt(run_dir) as attempt:
+                record = compute(rc, attempt.artifacts, log)
+                attempt.commit(OmegaConf.to_yaml(cfg, resolve=True), record, overrides)
+        return record
+    except RunFolderTaken:
+        raise
+    except Exception as err:
+        results.write_failure(run_dir, err, overrides)
+        raise
+
+
+def compute(rc: schema.RunConfig, artifacts: Path, log=print) -> dict:
+    """Load, split, fit through the ledger, evaluate; the plugin writes its artifacts into `artifacts`."""
     timings = {}
     t0 = time.perf_counter()
     rng = streams(rc.seed)
@@ -113,11 +131,11 @@ def run(cfg: DictConfig, run_dir: Path, log=print) -> dict:
     metrics |= {"n_train": len(train), "n_test": len(test), "d": table.d}
     metrics |= plugin.extra_metrics()
     timings["evaluate"] = time.perf_counter() - t2
-    run_dir.mkdir(parents=True, exist_ok=True)
-    plugin.artifacts(run_dir)
+    with results.writing(artifacts):
+        plugin.artifacts(artifacts)
     timings["total"] = time.perf_counter() - t0
 
-    record = {
+    return {
         "algo": rc.algo,
         "data": rc.data.name,
         "eps": rc.eps,
@@ -130,5 +148,3 @@ def run(cfg: DictConfig, run_dir: Path, log=print) -> dict:
         "timings": timings,
         "env": environment(device) | {"argv": " ".join(sys.argv[1:])},
     }
-    results.write_run(run_dir, config_yaml, record)
-    return record

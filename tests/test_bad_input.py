@@ -20,7 +20,7 @@ def test_table_is_well_formed():
     for r in ROWS:
         assert {"id", "argv", "exit", "message"} <= set(r), r
         assert set(r) <= {"id", "argv", "exit", "message", "data", "needs", "setup", "exists", "absent", "env",
-                          "stream"}, r
+                          "stream", "files", "command_env"}, r
 
 
 @pytest.mark.parametrize("row", ROWS, ids=[r["id"] for r in ROWS])
@@ -35,6 +35,11 @@ def test_bad_input(row, tmp_path, monkeypatch, capsys):
     for argv in row.get("setup") or []:
         assert main([str(a) for a in argv]) == 0, f"setup {argv} failed: {capsys.readouterr().err}"
     capsys.readouterr()
+    for path, text in (row.get("files") or {}).items():
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / path).write_text(text)
+    for k, v in (row.get("command_env") or {}).items():
+        monkeypatch.setenv(k, str(v).replace("{tmp}", str(tmp_path)))
     if not row.get("data"):
         monkeypatch.setattr("privfair_cli.datasets.load", lambda *a, **k: pytest.fail("data was touched"))
     try:

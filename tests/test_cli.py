@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -55,7 +56,7 @@ def test_multirun_resume_and_report(tmp_path):
     accs = [json.loads(r.read_text())["metrics"]["accuracy"] for r in runs]
     assert summary.loc[0, "accuracy_mean"] == pytest.approx(sum(accs) / 2)
     assert "accuracy" in (tmp_path / "sweep" / "summary.md").read_text()
-    assert "lr" in rep.stdout
+    assert re.search(r"\blr\b", rep.stdout)  # the algorithm's row (not "privlr")
 
 
 @needs_data("adult")
@@ -82,14 +83,14 @@ def test_sweep_with_no_valid_point_fails_before_running(tmp_path, monkeypatch, c
 
 
 def test_prevalidate_returns_the_bad_points_of_a_sweep():
-    from privfair_cli import sweep
+    from privfair_cli import compose
 
     # the first value is bad: validation varies around a valid point instead
-    bad = sweep.prevalidate(["algo=lr", "eps=0,1,-2", "seed=0,1", "delta=0,1"], multirun=True)
+    bad = compose.prevalidate(["algo=lr", "eps=0,1,-2", "seed=0,1", "delta=0,1"], multirun=True)
     assert [b.split(":")[0] for b in bad] == ["eps=0", "eps=-2", "delta=1"]
     assert "must be > 0" in bad[0] and "must be in [0, 1)" in bad[2]
     with pytest.raises(ConfigError, match="must be > 0"):
-        sweep.prevalidate(["algo=lr", "eps=0"])  # a single run has no other point to run
+        compose.prevalidate(["algo=lr", "eps=0"])  # a single run has no other point to run
 
 
 def test_debug_shows_traceback(tmp_path):
@@ -99,7 +100,7 @@ def test_debug_shows_traceback(tmp_path):
 
 def test_list_shows_registry(tmp_path):
     out = privfair("list", cwd=tmp_path).stdout
-    assert "lr" in out and "classifier" in out and "adult" in out and "xu2021_table8_1" in out
+    assert re.search(r"\blr\b", out) and "classifier" in out and "adult" in out and "xu2021_table8_1" in out
 
 
 @needs_data("german_credit")
@@ -117,20 +118,43 @@ def test_inprocess_sweep_matches_hydra_multirun(tmp_path, monkeypatch):
     for path in (tmp_path / "hydra").rglob("metrics.json"):
         twin = tmp_path / "fast" / path.relative_to(tmp_path / "hydra")
         assert json.loads(twin.read_text())["metrics"] == json.loads(path.read_text())["metrics"]
-        assert (twin.parent / ".hydra" / "overrides.yaml").is_file()
+        assert (twin.parent / "overrides.yaml").read_text() == (path.parent / "overrides.yaml").read_text()
     assert len(list((tmp_path / "fast").rglob("metrics.json"))) == 2
 
 
 @needs_data("german_credit")
-def test_resume_reruns_when_the_config_changed(tmp_path, monkeypatch, capsys):
+def test_run_folders_are_unique_per_config(tmp_path, monkeypatch, capsys):
+    from omegaconf import OmegaConf
+
+    from privfair_cli import results, runid
+
     monkeypatch.chdir(tmp_path)
-    assert main(["run", "algo=lr", "data=german", "hydra.run.dir=out"]) == 0
-    assert main(["run", "algo=lr", "data=german", "hydra.run.dir=out"]) == 0
+    base = ["run", "algo=lr", "data=german", "data.n=200"]
+    for extra in ([], ["algo.l2=10"], ["data.n=300"]):
+        assert main([*base, *extra]) == 0
+    assert main([*base, "device=cpu", "eps=1"]) == 0  # not part of the identity (eps by value): the same run
     assert "skip (complete)" in capsys.readouterr().out
-    assert main(["run", "algo=lr", "data=german", "algo.l2=10", "hydra.run.dir=out"]) == 0
-    out = capsys.readouterr().out
-    assert "re-running: the config differs" in out and "skip" not in out
-    assert "l2: 10" in (tmp_path / "out" / "config.yaml").read_text()
+    runs = results.complete_runs(tmp_path / "results" / "runs")
+    assert len(runs) == 3 and {r.parent for r in runs} == {tmp_path / "results/runs/lr/german/eps=1.0"}
+    for run in runs:
+        assert run.name == f"seed=0-{runid.short_id(OmegaConf.load(run / 'config.yaml'))}"
+
+
+@needs_data("german_credit")
+def test_a_run_never_replaces_another_configs_result(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    base = ["run", "algo=lr", "data=german", "data.n=200", "hydra.run.dir=out"]
+    assert main(base) == 0
+    stored = (tmp_path / "out" / "metrics.json").read_bytes()
+    capsys.readouterr()
+    for extra in (["algo.l2=10"], ["algo.l2=10", "overwrite=true"]):
+        assert main([*base, *extra]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err == (f"privfair: error: {tmp_path / 'out'} holds a complete result of another config "
+                       "(algo.l2: 1e-06 -> 10.0); a run never replaces it: choose another folder "
+                       "(hydra.run.dir / hydra.sweep.dir) or remove it")
+        assert (tmp_path / "out" / "metrics.json").read_bytes() == stored
+        assert not (tmp_path / "out" / "failed.json").exists()
 
 
 @needs_data("german_credit")
@@ -141,7 +165,7 @@ def test_installed_package_runs_without_the_checkout(tmp_path):
     repo = Path(__file__).resolve().parent.parent
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--target",
                     str(tmp_path / "site"), str(repo)], check=True, capture_output=True, timeout=300)
-    probe = ("from privfair_cli import sweep, reproduce; print(sweep.config_dir()); print(reproduce.published_dir());"
+    probe = ("from privfair_cli import config, reproduce; print(config.config_dir()); print(reproduce.published_dir());"
              "from privfair_cli.main import main; raise SystemExit(main(['run', 'algo=lr', 'data=german', "
              "'hydra.run.dir=out']))")
     proc = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, capture_output=True, text=True, timeout=300,

@@ -4,13 +4,15 @@ recorded while the sweep goes on, resume, progress output, and the trade-off plo
 import json
 import os
 import subprocess
+from pathlib import Path
 
 import pandas as pd
 import pytest
 
-from privfair_cli import progress, registry, results, sweep
+from privfair_cli import compose, progress, registry, results, sweep
 from privfair_cli.errors import PrivfairError
 from privfair_cli.main import main
+from privfair_cli.threads import launcher_plan
 from tests.conftest import needs_data
 from tests.test_cli import privfair
 
@@ -18,23 +20,28 @@ GERMAN = ["algo=lr", "data=german", "data.test_size=0.3"]
 
 
 def completed(root):
-    return sorted(p.parent for p in root.rglob("metrics.json") if results.is_complete(p.parent))
+    return sorted(results.complete_runs(root))
+
+
+def seeds(runs) -> list[str]:
+    """`seed=<seed>` of each run folder (named `seed=<seed>-<run id>`)."""
+    return sorted(r.name.split("-")[0] for r in runs)
 
 
 def test_launcher_plan_defaults_to_joblib_and_shares_the_cores(monkeypatch):
     monkeypatch.setattr(os, "cpu_count", lambda: 8)
-    overrides, threads = sweep.launcher_plan(["algo=lr", "seed=0,1,2"], n_jobs=3)
+    overrides, threads = launcher_plan(["algo=lr", "seed=0,1,2"], n_jobs=3)
     assert "hydra/launcher=joblib" in overrides and threads == 2  # n_jobs=-1: 8 cores, 3 jobs side by side
-    overrides, threads = sweep.launcher_plan(["seed=0,1", "hydra.launcher.n_jobs=2"], n_jobs=240)
+    overrides, threads = launcher_plan(["seed=0,1", "hydra.launcher.n_jobs=2"], n_jobs=240)
     assert threads == 4 and overrides[-1] == "hydra.launcher.batch_size=30"  # a quarter of each worker's share
-    overrides, _ = sweep.launcher_plan(["hydra.launcher.batch_size=7"], n_jobs=240)
+    overrides, _ = launcher_plan(["hydra.launcher.batch_size=7"], n_jobs=240)
     assert [o for o in overrides if "batch_size" in o] == ["hydra.launcher.batch_size=7"]
-    overrides, threads = sweep.launcher_plan(["algo=lr"], n_jobs=1)
+    overrides, threads = launcher_plan(["algo=lr"], n_jobs=1)
     assert "hydra/launcher=joblib" not in overrides and threads == 8  # one job: the basic launcher, every core
-    overrides, threads = sweep.launcher_plan(["seed=0,1", "hydra/launcher=basic"], n_jobs=2)
+    overrides, threads = launcher_plan(["seed=0,1", "hydra/launcher=basic"], n_jobs=2)
     assert overrides.count("hydra/launcher=basic") == 1 and "hydra/launcher=joblib" not in overrides
     assert threads == 8
-    _, threads = sweep.launcher_plan(["seed=0,1", "hydra/launcher=slurm"], n_jobs=2)
+    _, threads = launcher_plan(["seed=0,1", "hydra/launcher=slurm"], n_jobs=2)
     assert threads is None  # decided on the node, from SLURM_CPUS_PER_TASK
 
 
@@ -43,7 +50,7 @@ def test_slurm_preset_builds_an_sbatch_script(tmp_path, monkeypatch):
     from hydra_plugins.hydra_submitit_launcher.config import BaseQueueConf
     from omegaconf import OmegaConf
 
-    cfg = sweep.compose(["hydra/launcher=slurm", "hydra.launcher.partition=gpu", "hydra.launcher.gpus_per_node=1",
+    cfg = compose.compose(["hydra/launcher=slurm", "hydra.launcher.partition=gpu", "hydra.launcher.gpus_per_node=1",
                          "hydra.launcher.timeout_min=120", f"hydra.sweep.dir={tmp_path}"], with_hydra=True)
     params = OmegaConf.to_container(cfg.hydra.launcher, resolve=False)
     assert params.pop("_target_").endswith("SlurmLauncher")
@@ -144,7 +151,7 @@ def test_slurm_preset_runs_a_sweep_through_submitit(tmp_path):
                            "hydra.sweep.dir=sw"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     runs = completed(tmp_path / "sw")
-    assert {r.name for r in runs} == {"seed=0", "seed=1"}
+    assert seeds(runs) == ["seed=0", "seed=1"]
     assert [json.loads((r / "metrics.json").read_text())["env"]["threads"] for r in runs] == [3, 3]
     (script,) = (tmp_path / "sw" / ".submitit").rglob("*_submission.sh")
     text = script.read_text()
@@ -161,8 +168,8 @@ def test_joblib_sweep_records_the_bad_point_and_keeps_the_others(tmp_path):
     assert proc.returncode == 1, proc.stderr
     assert proc.stderr.count("warning: eps=0: eps=0.0 must be > 0") == 1  # said once, before anything ran
     runs = completed(tmp_path / "sw")
-    assert [r.relative_to(tmp_path / "sw").as_posix() for r in runs] == [
-        "lr/german/eps=1/data.test_size=0.3/seed=0", "lr/german/eps=1/data.test_size=0.3/seed=1"]
+    assert {r.parent.relative_to(tmp_path / "sw").as_posix() for r in runs} == {"lr/german/eps=1.0/data.test_size=0.3"}
+    assert seeds(runs) == ["seed=0", "seed=1"]
     fails = results.failures(tmp_path / "sw")
     assert len(fails) == 2 and {f["error"] for f in fails} == {"ConfigError"}
     assert all("eps=0" in f["overrides"] and "must be > 0" in f["message"] for f in fails)
@@ -177,11 +184,11 @@ def test_submitit_local_sweep_writes_two_complete_runs(tmp_path):
     proc = privfair("run", "-m", "hydra/launcher=submitit_local", *GERMAN, "seed=0,1", "hydra.sweep.dir=sw",
                     cwd=tmp_path)
     runs = completed(tmp_path / "sw")
-    assert len(runs) == 2 and {r.name for r in runs} == {"seed=0", "seed=1"}
+    assert seeds(runs) == ["seed=0", "seed=1"]
     for run in runs:
         record = json.loads((run / "metrics.json").read_text())
         assert record["algo"] == "lr" and 0.6 < record["metrics"]["accuracy"] < 0.9
-        assert (run / "config.yaml").is_file() and (run / ".hydra" / "overrides.yaml").is_file()
+        assert (run / "config.yaml").is_file() and "seed=" in (run / "overrides.yaml").read_text()
     assert any((tmp_path / "sw" / ".submitit").iterdir())  # submitit's own job folders
     assert "[2/2]" in proc.stdout and "sweep: 2/2 runs complete" in proc.stdout
 
@@ -209,12 +216,14 @@ def test_failing_algorithm_is_recorded_and_the_rerun_resumes(tmp_path, monkeypat
     assert len(completed(tmp_path / "sw")) == 2
     (fail,) = results.failures(tmp_path / "sw")
     assert fail["error"] == "RuntimeError" and "solver blew up" in fail["traceback"]
-    assert fail["run_dir"].endswith("seed=1") and "seed=1" in fail["overrides"]
-    assert not (tmp_path / "sw" / "lr/german/eps=1.0/data.test_size=0.3/seed=1/metrics.json").exists()
+    folder = tmp_path / "sw" / "lr/german/eps=1.0/data.test_size=0.3"
+    (failed,) = folder.glob("seed=1-*")
+    assert fail["run_dir"] == str(failed) and "seed=1" in fail["overrides"] and not fail["kept"]
+    assert not (failed / "metrics.json").exists()
 
-    half = tmp_path / "sw" / "lr/german/eps=1.0/data.test_size=0.3/seed=2"
+    (half,) = folder.glob("seed=2-*")
     (half / "metrics.json").unlink()  # cut off before its last write
-    kept = tmp_path / "sw" / "lr/german/eps=1.0/data.test_size=0.3/seed=0" / "metrics.json"
+    (kept,) = folder.glob("seed=0-*/metrics.json")
     stamp = kept.stat().st_mtime_ns
     assert main(args) == 0
     out = capsys.readouterr().out
@@ -290,5 +299,60 @@ def test_report_plot_draws_mean_and_band_per_algorithm(tmp_path, monkeypatch):
     assert len(ax.collections) == 2  # one ± std band per algorithm
     with pytest.raises(PrivfairError, match="not a numeric swept key"):
         plots.tradeoff(summary, "algo", ["accuracy"], tmp_path / "x.png")
-    assert isinstance(pd.read_csv(tmp_path / "sw" / "summary.csv"), pd.DataFrame)
+    written = pd.read_csv(tmp_path / "sw" / "summary.csv")
+    assert list(written["runs"]) == [2] * 8 and len(written) == 8  # 2 algorithms x 4 budgets, 2 seeds each
+    assert list(written["accuracy_mean"]) == pytest.approx(list(summary["accuracy_mean"]))
 
+
+
+def sweep_processes(pid: int) -> list[int]:
+    """Processes started for the sweep of launching process `pid` (they inherit $PRIVFAIR_SWEEP_PID)."""
+    marker = f"PRIVFAIR_SWEEP_PID={pid}\0".encode()
+    found = []
+    for environ in Path("/proc").glob("[0-9]*/environ"):
+        try:
+            if marker in environ.read_bytes():
+                found.append(int(environ.parent.name))
+        except OSError:
+            continue
+    return found
+
+
+@needs_data("german_credit")
+@pytest.mark.parametrize("how", ["SIGTERM", "SIGINT to the process group"])
+def test_signal_stops_the_workers_and_keeps_complete_runs(tmp_path, how):
+    """SIGTERM (a scheduler, `kill`) or SIGINT to the whole process group (Ctrl-C) during a joblib sweep: the
+    workers stop with it, every complete run stays complete, one line says how to resume, and resuming works."""
+    import signal
+    import sys
+    import time
+
+    args = ["run", "-m", "algo=lr", "data=german", "data.n=200", "seed=range(20)", "hydra.launcher.n_jobs=2",
+            "hydra.sweep.dir=sw"]
+    proc = subprocess.Popen([sys.executable, "-m", "privfair_cli", *args], cwd=tmp_path, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            env=os.environ | {"PRIVFAIR_PROGRESS": "off"})
+    deadline = time.time() + 240
+    while len(completed(tmp_path / "sw")) < 2 and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.2)
+    assert proc.poll() is None, "the sweep ended before it could be interrupted"
+    if how == "SIGTERM":
+        proc.send_signal(signal.SIGTERM)
+    else:
+        os.killpg(proc.pid, signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    name = how.split()[0]
+    assert proc.returncode == 128 + getattr(signal, name)
+    time.sleep(1)
+    assert sweep_processes(proc.pid) == []  # no worker left running (or writing results) after the parent
+    assert "Traceback" not in err and err.strip().count("\n") == 0, err
+    done = completed(tmp_path / "sw")
+    assert err.startswith(f"privfair: interrupted by {name}: ") and "run the same command again to resume" in err
+    assert "runs complete in sw are kept" in err and 2 <= len(done) < 20
+    for run in (tmp_path / "sw").rglob("seed=*"):
+        assert results.is_complete(run) or not (run / "metrics.csv").exists()  # nothing half-written looks done
+    time.sleep(2)
+    assert completed(tmp_path / "sw") == done
+    if how == "SIGTERM":
+        again = privfair(*args, cwd=tmp_path)
+        assert f"sweep: 20/20 runs complete ({len(done)} already were)" in again.stdout

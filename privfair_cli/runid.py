@@ -1,0 +1,76 @@
+"""The identity of a run, which names its folder: `.../eps=<eps>/seed=<seed>-<short id>` (DESIGN, results folder).
+
+A run's identity is its resolved config minus the keys that do not change what it computes (VOLATILE):
+`overwrite` (whether to redo it), `device` (where it runs: auto, cpu or cuda give the same run; a result from
+one device is reused on another) and `reproduce` (an experiment's comparison metadata: published table, reasons
+for deviating cells). Numbers compare by value, so `eps=1` and `eps=1.0` are the same run. The short id is the
+first 8 hex digits of the sha256 of that identity as sorted JSON.
+
+Hydra's `hydra.run.dir` and `hydra.sweep.subdir` (configs/config.yaml) reach it through the `${run_id:}`
+resolver registered when this module is imported, and write eps by value through `${num:${eps}}`; the
+in-process sweep calls `short_id` and `number_text` on the same config, so both name the same folder and either
+resumes what the other wrote.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+from omegaconf import DictConfig, OmegaConf
+
+VOLATILE = ("overwrite", "device", "reproduce")
+EXACT_INT = 2 ** 53  # integers below this are compared as floats without loss
+
+
+def _canonical(value):
+    if isinstance(value, dict):
+        return {str(k): _canonical(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_canonical(v) for v in value]
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) < EXACT_INT:
+        return float(value)
+    return value
+
+
+def identity(cfg: DictConfig) -> dict:
+    """The resolved config without VOLATILE keys (and without Hydra's own `hydra` node, when present)."""
+    out = {}
+    for key in cfg:
+        if key in VOLATILE or key == "hydra":
+            continue
+        value = cfg[key]
+        out[key] = OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else value
+    return _canonical(out)
+
+
+def short_id(cfg: DictConfig) -> str:
+    text = json.dumps(identity(cfg), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:8]
+
+
+def differences(old: dict, new: dict, prefix: str = "") -> list[str]:
+    """`key: old -> new` for each leaf that differs between two identities."""
+    out = []
+    for key in sorted(set(old) | set(new)):
+        a, b = old.get(key, "<absent>"), new.get(key, "<absent>")
+        if isinstance(a, dict) and isinstance(b, dict):
+            out += differences(a, b, f"{prefix}{key}.")
+        elif a != b:
+            out.append(f"{prefix}{key}: {a} -> {b}")
+    return out
+
+
+def number_text(value) -> str:
+    """A folder level's value, numbers by value: `eps=1` and `eps=1.0` both give `1.0`."""
+    canonical = _canonical(value)
+    return repr(canonical) if isinstance(canonical, float) else str(value)
+
+
+def _resolve(*, _root_: DictConfig) -> str:
+    return short_id(_root_)
+
+
+if not OmegaConf.has_resolver("run_id"):
+    OmegaConf.register_new_resolver("run_id", _resolve)
+    OmegaConf.register_new_resolver("num", number_text)
