@@ -307,5 +307,5 @@ def test_cli_run_writes_privacy_block_and_curves(tmp_path):
     assert record["metrics"]["eps_accountant"] == pytest.approx(record["privacy"]["eps_spent"])
     for key in ("accuracy_s0", "accuracy_diff_vs_sgd_s1", "avg_grad_norm_s0", "utility_loss_gap"):
         assert key in record["metrics"]
-    assert (out / "curves.csv").is_file() and (out / "curves.png").is_file()
+    assert (out / "artifacts" / "curves.csv").is_file() and (out / "artifacts" / "curves.png").is_file()
 
