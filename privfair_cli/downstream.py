@@ -103,7 +103,7 @@ def train_classifier(kind: str, X, y, rng: np.random.Generator, settings: Releas
     else:
         from sklearn.ensemble import RandomForestRegressor
 
-        from privfair_cli.sweep import thread_cap
+        from privfair_cli.threads import thread_cap
 
         # the trees are seeded, so the forest is the same for any number of worker threads
         model = RandomForestRegressor(n_estimators=settings.rf_trees, n_jobs=thread_cap(),
