@@ -82,7 +82,8 @@ def tradeoff(summary: pd.DataFrame, x: str, metrics: list[str], path: Path, refe
         allowed = [k for k in keys if pd.api.types.is_numeric_dtype(summary[k])]
         raise PrivfairError(f"--plot {x}: not a numeric swept key of these runs; allowed: {', '.join(allowed)}")
     datasets = sorted(summary["data"].unique())
-    series = ["algo"] + [k for k in keys if k not in (x, "data", "algo") and summary[k].nunique(dropna=False) > 1]
+    other = (x, "data", "algo", "guarantee")  # the guarantee is what the runs give, not a swept key: no line of its own
+    series = ["algo"] + [k for k in keys if k not in other and summary[k].nunique(dropna=False) > 1]
     xs = summary[x].astype(float)
     log_x = bool((xs > 0).all() and xs.max() / xs.min() >= 100)
     ident = summary[series].astype(str).agg(" | ".join, axis=1)  # one line per algorithm and other swept values
