@@ -35,11 +35,14 @@ RATES = {
 
 @dataclass(frozen=True)
 class GroupRates:
-    """Positive rate, TPR, FPR, FDR, TNR and accuracy, overall, for s = 0 / s = 1, and within strata."""
+    """Positive rate, TPR, FPR, FDR, TNR and accuracy, overall, for each group s = 0 .. groups - 1 (two by default;
+    e.g. the ten classes of MNIST), and within strata. The rates read binary labels; accuracy compares the labels
+    as given, so it also holds for multiclass labels."""
 
     y: np.ndarray
     yhat: np.ndarray
     s: np.ndarray | None
+    groups: int = 2
 
     def _events(self):
         return self.y.astype(bool), self.yhat.astype(bool)
@@ -47,10 +50,11 @@ class GroupRates:
     def rates(self, mask: np.ndarray | None = None) -> dict[str, float]:
         y, yh = self._events()
         m = np.ones_like(y) if mask is None else mask.astype(bool)
-        return {name: _rate(num(y, yh), m & den(y, yh)) for name, (num, den) in RATES.items()}
+        out = {name: _rate(num(y, yh), m & den(y, yh)) for name, (num, den) in RATES.items()}
+        return out | {"accuracy": _rate(np.asarray(self.y) == np.asarray(self.yhat), m)}  # multiclass labels too
 
     def by_group(self) -> dict[int, dict[str, float]]:
-        return {g: self.rates(self.s == g) for g in (0, 1)}
+        return {g: self.rates(self.s == g) for g in range(self.groups)}
 
     def difference(self, name: str) -> float:
         g = self.by_group()

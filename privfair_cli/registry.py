@@ -125,15 +125,19 @@ def get(name: str) -> type[Plugin]:
 
 
 def defaults(name: str) -> dict:
-    """The hyperparameters of `configs/algo/<name>.yaml` (without `name`)."""
+    """The hyperparameters of `configs/algo/<name>.yaml` (without `name`), over those of the files its
+    `defaults:` list names before `_self_` (e.g. `sgd.yaml`: `defaults: [dpsgd, _self_]`), as Hydra composes them."""
     from omegaconf import OmegaConf
 
     from privfair_cli.config import config_dir
 
-    params = OmegaConf.to_container(OmegaConf.load(config_dir() / "algo" / f"{name}.yaml"), resolve=True)
-    params.pop("name", None)
-    params.pop("defaults", None)
-    return params
+    own = OmegaConf.to_container(OmegaConf.load(config_dir() / "algo" / f"{name}.yaml"), resolve=True)
+    params = {}
+    for parent in own.pop("defaults", None) or []:
+        if parent != "_self_":
+            params |= defaults(parent)
+    own.pop("name", None)
+    return params | own
 
 
 def make(name: str, mechanism: dict | None = None, **overrides: Any) -> Plugin:

@@ -1,27 +1,50 @@
-"""DP-SGD family (dpsgd_f.md): accountant, per-example norms, clipping rules, noise scale, datasets, runs."""
+"""DP-SGD family (dpsgd_f.md): accountant, per-example norms, clipping rules, noise, config validation, groups,
+evaluation, per-epoch history, datasets, runs."""
 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
+import math
+import re
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 from scipy.special import gammaln, logsumexp
 
+from privfair_cli import metrics, registry
 from privfair_cli.algorithms import dpsgd
+from privfair_cli.algorithms import dpsgd_accounting as accounting
+from privfair_cli.algorithms import dpsgd_trainer as trainer
 from privfair_cli.datasets import Table
-from privfair_cli.privacy import Budget, PrivacyLedger
+from privfair_cli.errors import BudgetExceeded, ConfigError
+from privfair_cli.privacy import accountants
+from tests.conftest import fit, needs_data, table
 
 ROOT = Path(__file__).resolve().parents[1]
 DELTA = 1e-6
 # (n_train, sigma, epochs, printed eps): dpsgd_f.md §2 table.
 THESIS_SETTINGS = [(60000, 0.8, 60, 6.23), (54649, 0.8, 60, 6.55), (36177, 1.0, 20, 3.1),
                    (22400, 1.0, 20, 3.99), (48336, 1.0, 20, 2.66), (32000, 1.0, 20, 3.29)]
+# eps of the settings above as computed before the accountant moved to dp-accounting's public API (the private
+# `_compute_rdp_poisson_subsampled_gaussian`); the same to the last bit after it:
+# (classic, delta 1e-6), (classic + counts at 10 sigma, 1e-6), (balle2020, 1e-6), (balle2020 + counts, 1e-5).
+EPS_PINS = [(6.225206953362786, 6.235287160890526, 5.5997039239400515, 5.03413785821928),
+            (6.550179621836534, 6.56124714116598, 5.9246765924138, 5.360097838494735),
+            (3.1000452602201385, 3.1057364730529287, 2.669450790212782, 2.3462012754749946),
+            (3.9912048412292718, 3.9992495524945886, 3.512735803226128, 3.130809184460815),
+            (2.6635482770455754, 2.66834028770978, 2.2711121692221643, 1.9880810432621137),
+            (3.28586692501952, 3.292302120000306, 2.8552724550121633, 2.532766922422372)]
+
+
+def step_config(**kw) -> trainer.TrainConfig:
+    """A trainer config for the unit tests (the plugins build theirs from configs/algo/dpsgd.yaml)."""
+    base = dict(algorithm="dpsgd", steps=1, epochs=1, batch_size=256, lr=0.01, C=1.0, sigma=1.0, sigma1=10.0,
+                l2=0.0, l2_mode="after_noise", batch_sampling="poisson", groups=2, empty_group_fraction="one",
+                denominator="batch_fraction", group_mean_grad=False, keep_weights=False)
+    return trainer.TrainConfig(**(base | kw))
 
 
 def naive_per_example_norms(model, x, loss_fn) -> torch.Tensor:
@@ -48,16 +71,47 @@ def spec_rdp(q, sigma, orders):
 @pytest.mark.parametrize("n, sigma, epochs, printed", THESIS_SETTINGS)
 def test_accountant_reproduces_thesis_eps(n, sigma, epochs, printed):
     q, steps = 256 / n, int(epochs * n // 256)
-    assert round(dpsgd.dpsgd_epsilon(q, sigma, steps, DELTA), 2) == pytest.approx(printed)
+    assert round(accounting.dpsgd_epsilon(q, sigma, steps, DELTA), 2) == pytest.approx(printed)
     orders = list(range(2, 33))
-    ours = dpsgd.sampled_gaussian_rdp(q, sigma, 1, orders)
+    ours = accounting.sampled_gaussian_rdp(q, sigma, 1, orders)
     np.testing.assert_allclose(ours, spec_rdp(q, sigma, orders), rtol=1e-9)
+
+
+@pytest.mark.parametrize("setting, pins", list(zip(THESIS_SETTINGS, EPS_PINS, strict=True)))
+def test_accountant_values_are_pinned(setting, pins):
+    n, sigma, epochs, _ = setting
+    q, steps = 256 / n, int(epochs * n // 256)
+    got = (accounting.dpsgd_epsilon(q, sigma, steps, DELTA),
+           accounting.dpsgd_epsilon(q, sigma, steps, DELTA, sigma1=10 * sigma),
+           accounting.dpsgd_epsilon(q, sigma, steps, DELTA, conversion="balle2020"),
+           accounting.dpsgd_epsilon(q, sigma, steps, 1e-5, sigma1=10 * sigma, conversion="balle2020"))
+    assert got == pytest.approx(pins, rel=1e-13)
+
+
+def test_calibration_is_pinned():
+    assert accounting.calibrate_sigma(256 / 36177, 2826, 3.1, 1e-6) == pytest.approx(1.0006771306930664, rel=1e-13)
+    assert accounting.calibrate_sigma(256 / 36177, 2826, 1.0, 1e-5, sigma1_ratio=10) == pytest.approx(
+        2.0204104901479285, rel=1e-13)
+    assert accounting.calibrate_sigma(256 / 3400, 265, 1.0, 1e-5, conversion="balle2020") == pytest.approx(
+        5.12107011732807, rel=1e-13)
+
+
+def test_accountant_is_dp_accountings_public_rdp_accountant():
+    """T steps = one PoissonSampledDpEvent(q, GaussianDpEvent(sigma)) composed T times; no private function."""
+    from dp_accounting import GaussianDpEvent, PoissonSampledDpEvent
+    from dp_accounting.rdp import RdpAccountant
+
+    q, sigma, steps, orders = 256 / 36177, 1.0, 2826, accountants.DEFAULT_RDP_ORDERS
+    reference = RdpAccountant(list(orders))
+    reference.compose(PoissonSampledDpEvent(q, GaussianDpEvent(sigma)), steps)
+    np.testing.assert_allclose(accounting.sampled_gaussian_rdp(q, sigma, steps, orders), reference.rdp, rtol=1e-12)
+    assert "_compute_rdp" not in Path(accounting.__file__).read_text()
 
 
 def test_accountant_matches_opacus_rdp():
     rdp = pytest.importorskip("opacus.accountants.analysis.rdp")
     q, sigma, steps, orders = 256 / 36177, 1.0, 2826, list(range(2, 65))
-    np.testing.assert_allclose(dpsgd.sampled_gaussian_rdp(q, sigma, steps, orders),
+    np.testing.assert_allclose(accounting.sampled_gaussian_rdp(q, sigma, steps, orders),
                                rdp.compute_rdp(q=q, noise_multiplier=sigma, steps=steps, orders=orders), rtol=1e-6)
 
 
@@ -65,16 +119,25 @@ def test_exact_budget_matching_iterations():
     """Spec §2: strict matching needs 51 / 46 (MNIST bal./unbal.), 15 / 9 (Adult orig./bal.), 20 / 13 (Dutch
     orig./unbal.) removed iterations."""
     want = [51, 46, 15, 9, 20, 13]
-    got = [dpsgd.iterations_to_match(256 / n, s, 10 * s, int(e * n // 256), DELTA)
+    got = [accounting.iterations_to_match(256 / n, s, 10 * s, int(e * n // 256), DELTA)
            for n, s, e, _ in THESIS_SETTINGS]
     assert got == want
 
 
 def test_calibrated_sigma_fits_budget():
     q, steps = 256 / 36177, 2826
-    sigma = dpsgd.calibrate_sigma(q, steps, 3.1, DELTA)
-    assert dpsgd.dpsgd_epsilon(q, sigma, steps, DELTA) <= 3.1 < dpsgd.dpsgd_epsilon(q, sigma * 0.99, steps, DELTA)
+    sigma = accounting.calibrate_sigma(q, steps, 3.1, DELTA)
+    assert accounting.dpsgd_epsilon(q, sigma, steps, DELTA) <= 3.1 < accounting.dpsgd_epsilon(q, sigma * 0.99,
+                                                                                              steps, DELTA)
     assert sigma == pytest.approx(1.0, rel=2e-3)
+
+
+def test_epsilon_after_each_epoch_is_the_accountant_at_that_step_count():
+    q, steps = 256 / 36177, np.array([0, 141, 282, 2826])
+    got = accounting.epsilon_after(q, 1.0, 10.0, steps, DELTA)
+    want = [0.0] + [accounting.dpsgd_epsilon(q, 1.0, int(t), DELTA, sigma1=10.0) for t in steps[1:]]
+    np.testing.assert_allclose(got, want, rtol=1e-12)
+    assert np.all(np.diff(got) > 0)
 
 
 # ----------------------------------------------------------------------------------------- per-example norms
@@ -96,7 +159,7 @@ def test_fast_norms_and_clipped_sum_equal_naive_loop(l2):
         reg = 0.5 * l2 * sum(w.pow(2).sum() for w in weights)
         return torch.nn.functional.cross_entropy(out, lab, reduction="none") + reg
 
-    engine = dpsgd.PerExampleGradients(model, l2_in_loss=l2)
+    engine = trainer.PerExampleGradients(model, l2_in_loss=l2)
     # the engine adds the L2 term itself (data loss only), the naive loop differentiates it
     _, nu = engine.compute(x, lambda out: torch.nn.functional.cross_entropy(out, y, reduction="none"))
     naive = naive_per_example_norms(model, x, loss)
@@ -112,7 +175,7 @@ def test_fast_norms_and_clipped_sum_equal_naive_loop(l2):
 
 
 def test_mnist_cnn_has_431080_parameters():
-    assert sum(p.numel() for p in dpsgd.build_model("cnn", 784, 10).parameters()) == 431_080
+    assert sum(p.numel() for p in trainer.build_model("cnn", 784, 10).parameters()) == 431_080
 
 
 # ----------------------------------------------------------------------------------------- clipping rules
@@ -121,9 +184,9 @@ def test_clipping_never_exceeds_group_bound(algorithm):
     rng = np.random.default_rng(0)
     nu = torch.as_tensor(rng.lognormal(0, 1.5, 4000))
     k = torch.as_tensor(rng.integers(0, 10, 4000))
-    cfg = dpsgd.TrainConfig(algorithm=algorithm, batch_size=256, C=1.0, sigma1=8.0, groups=10)
+    cfg = step_config(algorithm=algorithm, batch_size=256, C=1.0, sigma1=8.0, groups=10)
     for _ in range(20):
-        c, C, Ck = dpsgd.clip_factors(cfg, nu, k, rng)
+        c, C, Ck = trainer.clip_factors(cfg, nu, k, rng)
         clipped = (c * nu).numpy()
         if algorithm == "dpsgd_f":
             assert np.all(Ck >= cfg.C - 1e-12)
@@ -144,11 +207,10 @@ def census_like(n=3000, d=12, seed=0):
 
 
 def train_logistic(algorithm, C, X, y, k, seed=0, steps=40, **kw):
-    model = dpsgd.build_model("logistic", X.shape[1], 2)
-    cfg = dpsgd.TrainConfig(algorithm=algorithm, steps=steps, batch_size=64, lr=0.5, C=C, sigma=1.0,
-                            groups=2, epochs=1, **kw)
-    dpsgd.train(model, "logistic", torch.as_tensor(X, dtype=torch.float32), torch.as_tensor(y),
-                torch.as_tensor(k), cfg, np.random.default_rng(seed))
+    model = trainer.build_model("logistic", X.shape[1], 2)
+    cfg = step_config(**(dict(algorithm=algorithm, steps=steps, batch_size=64, lr=0.5, C=C, sigma=1.0) | kw))
+    trainer.train(model, "logistic", torch.as_tensor(X, dtype=torch.float32), torch.as_tensor(y),
+                  torch.as_tensor(k), cfg, np.random.default_rng(seed))
     return torch.cat([p.detach().flatten() for p in model.parameters()])
 
 
@@ -169,21 +231,22 @@ def test_group_mean_gradient_norm_equals_autograd_per_group():
     mean gradient equals ||grad of the group's mean loss|| from plain autograd, and the mean per-example norm
     is at least as large (triangle inequality)."""
     X, y, s = census_like(n=640, d=6)
-    model = dpsgd.build_model("logistic", X.shape[1], 2)
+    model = trainer.build_model("logistic", X.shape[1], 2)
     torch.nn.init.normal_(model[0].weight, generator=torch.Generator().manual_seed(0))
-    cfg = dpsgd.TrainConfig(algorithm="sgd", steps=10, batch_size=64, lr=0.0, sigma=0.0, groups=2, epochs=1,
-                            batch_sampling="shuffle", group_mean_grad=True)
+    cfg = step_config(algorithm="sgd", steps=10, batch_size=64, lr=0.0, sigma=0.0, batch_sampling="shuffle",
+                      group_mean_grad=True)
     Xt, yt = torch.as_tensor(X, dtype=torch.float32), torch.as_tensor(y)
-    log = dpsgd.train(model, "logistic", Xt, yt, torch.as_tensor(s), cfg, np.random.default_rng(0))
+    log = trainer.train(model, "logistic", Xt, yt, torch.as_tensor(s), cfg, np.random.default_rng(0))
     for k in (0, 1):
         model.zero_grad()
         rows = torch.as_tensor(s == k)
-        dpsgd.per_example_loss("logistic", model(Xt[rows]), yt[rows]).mean().backward()
+        trainer.per_example_loss("logistic", model(Xt[rows]), yt[rows]).mean().backward()
         expect = torch.sqrt(sum(p.grad.pow(2).sum() for p in model.parameters())).item()
         assert log.mean_grad_norm[0, k] == pytest.approx(expect, rel=1e-5)
         assert log.norm[0, k] / log.count[0, k] >= expect
 
 
+# ----------------------------------------------------------------------------------------- noise
 def test_noise_std_on_averaged_gradient_is_sigma_C_over_b():
     """One step with and without noise from the same random state: the parameter difference is
     lr * N(0, sigma^2 C^2) / b per coordinate."""
@@ -193,15 +256,50 @@ def test_noise_std_on_averaged_gradient_is_sigma_C_over_b():
     y, k = torch.as_tensor(rng.integers(0, 2, n)), torch.zeros(n, dtype=torch.int64)
     out = []
     for sig in (sigma, 0.0):
-        model = dpsgd.build_model("logistic", d, 2)
-        cfg = dpsgd.TrainConfig(algorithm="dpsgd", steps=1, batch_size=b, lr=lr, C=C, sigma=sig, groups=1)
-        dpsgd.train(model, "logistic", X, y, k, cfg, np.random.default_rng(5))
+        model = trainer.build_model("logistic", d, 2)
+        cfg = step_config(steps=1, batch_size=b, lr=lr, C=C, sigma=sig, groups=1)
+        trainer.train(model, "logistic", X, y, k, cfg, np.random.default_rng(5))
         out.append(torch.cat([p.detach().flatten() for p in model.parameters()]).double().numpy())
     noise = out[0] - out[1]
     want = lr * sigma * C / b
     se = want / np.sqrt(2 * len(noise))  # standard error of the sample std
     assert abs(noise.std() - want) < 5 * se
     assert abs(noise.mean()) < 5 * want / np.sqrt(len(noise))
+
+
+@pytest.mark.parametrize("algorithm", ["sgd", "dpsgd", "dpsgd_f", "dpsgd_naive"])
+def test_every_private_step_draws_gradient_noise(algorithm, monkeypatch):
+    """Issue 11 item 1: the noise used to depend on C > 0. Now a private algorithm draws one Gaussian tensor
+    per parameter at every step, empty Poisson batches included (q = 0.01 here: about 1 batch in 8 is empty);
+    sgd draws none."""
+    draws = []
+    real = torch.randn
+
+    def counting(*args, **kw):
+        draws.append(args[0])
+        return real(*args, **kw)
+
+    monkeypatch.setattr(torch, "randn", counting)
+    X, y, s = census_like(n=200, d=3)
+    steps = 60
+    train_logistic(algorithm, 0.5, X, y, s, steps=steps, batch_size=2)
+    per_step = 2 if algorithm != "sgd" else 0  # weight and bias
+    assert len(draws) == steps * per_step
+
+
+def test_plugin_weights_follow_sigma():
+    """Same seed and data, sigma 1 vs 1000: the weights differ, and far more at 1000 (the noise is really
+    there, at the scale the ledger charges)."""
+    data = toy_table()
+    w = {}
+    for sigma in (1.0, 1000.0):
+        plugin, ledger = fit("dpsgd", data, eps=20, delta=DELTA, seed=3, sigma=sigma, epochs=2)
+        w[sigma] = torch.cat([p.detach().flatten() for p in plugin.model.parameters()])
+        ref = torch.cat([p.detach().flatten() for p in plugin.reference.parameters()])
+        assert ledger.entries[0].extra["sigma"] == sigma
+        w[sigma, "dist"] = float((w[sigma] - ref).norm())
+    assert not torch.allclose(w[1.0], w[1000.0])
+    assert w[1000.0, "dist"] > 10 * w[1.0, "dist"]
 
 
 def test_cpu_runs_are_bit_for_bit_repeatable():
@@ -211,58 +309,164 @@ def test_cpu_runs_are_bit_for_bit_repeatable():
     assert torch.equal(a, b)
 
 
+# ----------------------------------------------------------------------------------------- config validation
+@pytest.mark.parametrize("overrides, fragment", [
+    ({"C": -0.5}, "algo.C=-0.5 is out of range"),
+    ({"C": 0}, "algo.C=0 is out of range"),
+    ({"C": math.inf}, "algo.C=inf is out of range"),
+    ({"lr": -1}, "algo.lr=-1 is out of range"),
+    ({"batch_size": -5}, "algo.batch_size=-5 is out of range"),
+    ({"batch_size": 2.5}, "algo.batch_size=2.5 is not allowed; expected an integer"),
+    ({"epochs": 0}, "algo.epochs=0 is out of range"),
+    ({"sigma": "abc"}, "algo.sigma='abc' is not allowed"),
+    ({"sigma": 0}, "algo.sigma=0 is out of range"),
+    ({"sigma": -1}, "algo.sigma=-1 is out of range"),
+    ({"sigma1_ratio": 0}, "algo.sigma1_ratio=0 is out of range"),
+    ({"l2": -0.1}, "algo.l2=-0.1 is out of range"),
+    ({"validation_size": 1}, "algo.validation_size=1 is out of range"),
+    ({"match_budget": "half"}, "algo.match_budget='half' is not allowed"),
+    ({"sigmaa": 1}, "algo.sigmaa is not a key of algo"),
+])
+def test_bad_values_fail_before_anything_runs(overrides, fragment):
+    with pytest.raises(ConfigError, match=re.escape(fragment)):
+        registry.make("dpsgd", **overrides)
+
+
+def test_batch_larger_than_the_training_rows_fails_before_any_noise():
+    data = toy_table(n=300)
+    with pytest.raises(ConfigError, match=r"algo.batch_size=100000 is larger than the 300 training rows"):
+        fit("dpsgd", data, eps=10, delta=DELTA, batch_size=100000)
+
+
+def test_cnn_needs_images_and_logistic_needs_a_binary_label():
+    with pytest.raises(ConfigError, match="algo.model=cnn reads 28x28 images"):
+        fit("dpsgd", toy_table(), eps=10, delta=DELTA, model="cnn")
+    three = toy_table()
+    three.y[:5] = 2
+    with pytest.raises(ConfigError, match="needs a 0/1 label"):
+        fit("dpsgd", three, eps=10, delta=DELTA)
+
+
+# ----------------------------------------------------------------------------------------- groups and metrics
+def test_group_rates_take_k_groups_and_multiclass_accuracy():
+    """GroupRates with ten groups (MNIST: groups are the classes) gives fairlearn's per-group accuracy."""
+    fl = pytest.importorskip("fairlearn.metrics")
+    from sklearn.metrics import accuracy_score
+
+    rng = np.random.default_rng(0)
+    y = rng.integers(0, 10, 800)
+    yhat = np.where(rng.random(800) < 0.7, y, rng.integers(0, 10, 800))
+    by = metrics.GroupRates(y, yhat, y, 10).by_group()
+    frame = fl.MetricFrame(metrics=accuracy_score, y_true=y, y_pred=yhat, sensitive_features=y)
+    assert [by[g]["accuracy"] for g in range(10)] == pytest.approx(frame.by_group.to_numpy())
+    assert metrics.GroupRates(y, yhat, y, 10).rates()["accuracy"] == pytest.approx(accuracy_score(y, yhat))
+    assert np.isnan(metrics.GroupRates(y, yhat, y, 11).by_group()[10]["accuracy"])  # an empty group
+
+
 # ----------------------------------------------------------------------------------------- plugins
-def table(n=2000, seed=0, name="toy"):
+def toy_table(n=2000, seed=0, name="toy"):
     X, y, s = census_like(n, seed=seed)
     return Table(name, X, y, s, [f"x{i}" for i in range(X.shape[1])])
 
 
-def fit(name, data, seed=0, eps=10.0, **params):
-    cls = dpsgd.XuSGD.__subclasses__()
-    plugin = next(c for c in cls if c.name == name)(**({"epochs": 2} | params), mechanism={})
-    ledger = PrivacyLedger(Budget(eps, DELTA), accountant=plugin.accountant)
-    plugin.fit(data, Budget(eps, DELTA), ledger, np.random.default_rng(seed), "cpu")
-    return plugin, ledger
-
-
 def test_reference_equals_the_sgd_run_of_the_same_seed():
-    data = table()
-    sgd, _ = fit("sgd", data, seed=4)
-    dp, _ = fit("dpsgd", data, seed=4)
+    data = toy_table()
+    sgd, _ = fit("sgd", data, seed=4, epochs=2)
+    dp, _ = fit("dpsgd", data, eps=10, delta=DELTA, seed=4, epochs=2, sigma="auto")
     for p, q in zip(sgd.model.parameters(), dp.reference.parameters(), strict=True):
         assert torch.equal(p, q)
-    m = dp.evaluate(data, table(500, seed=9), np.random.default_rng(0))
-    assert m["accuracy_diff_vs_sgd_s1"] == pytest.approx(m["accuracy_s1"] - m["sgd_accuracy_s1"])
+    test = toy_table(500, seed=9)
+    m = dp.evaluate(data, test, np.random.default_rng(0))
+    yhat, ref = dp.predict(test.X), sgd.predict(test.X)
+    for g in (0, 1):
+        rows = test.s == g
+        assert m[f"accuracy_s{g}"] == pytest.approx(np.mean(yhat[rows] == test.y[rows]))
+        assert m[f"sgd_accuracy_s{g}"] == pytest.approx(np.mean(ref[rows] == test.y[rows]))
+        assert m[f"accuracy_diff_vs_sgd_s{g}"] == pytest.approx(m[f"accuracy_s{g}"] - m[f"sgd_accuracy_s{g}"])
     assert m["utility_loss_gap"] == pytest.approx(abs(m["accuracy_diff_vs_sgd_s1"] - m["accuracy_diff_vs_sgd_s0"]))
+    assert m["equal_costs"] == float(m["utility_loss_gap"] <= dpsgd.EQUAL_COST_TAU)
+
+
+def test_evaluate_adds_to_the_classifier_evaluator_and_diagnostics_are_extra_metrics():
+    from privfair_cli import evaluate
+
+    data, test = toy_table(), toy_table(500, seed=9)
+    dp, _ = fit("dpsgd_f", data, eps=10, delta=DELTA, epochs=2, sigma="auto", match_budget="none")
+    m = dp.evaluate(data, test, np.random.default_rng(0))
+    base = evaluate.classifier(dp, data, test, np.random.default_rng(0))
+    assert {k: m[k] for k in base} == pytest.approx(base, nan_ok=True)
+    extra = dp.extra_metrics()
+    assert {"avg_loss_s0", "avg_grad_norm_s1", "mean_grad_norm_s0", "max_group_clip_bound", "sigma1"} <= set(extra)
+    assert extra["avg_loss_s0"] == pytest.approx(dp.log.loss[-1, 0] / dp.log.count[-1, 0])
+    assert not set(extra) & set(m)
 
 
 def test_dpsgd_f_ledger_includes_the_counts():
-    data = table()
-    dp, led = fit("dpsgd", data, match_budget="none")
-    f, led_f = fit("dpsgd_f", data, match_budget="none")
+    data = toy_table()
+    dp, led = fit("dpsgd", data, eps=10, delta=DELTA, epochs=2, sigma="auto", match_budget="none")
+    f, led_f = fit("dpsgd_f", data, eps=10, delta=DELTA, epochs=2, sigma="auto", match_budget="none")
     q, T = 256 / len(data), dp.info["steps"]
-    assert led.spent()[0] == pytest.approx(dpsgd.dpsgd_epsilon(q, 1.0, T, DELTA))
-    assert led_f.spent()[0] == pytest.approx(dpsgd.dpsgd_epsilon(q, 1.0, T, DELTA, sigma1=10.0))
+    assert led.spent()[0] == pytest.approx(accounting.dpsgd_epsilon(q, 1.0, T, DELTA))
+    assert led_f.spent()[0] == pytest.approx(accounting.dpsgd_epsilon(q, 1.0, T, DELTA, sigma1=10.0))
     assert led_f.spent()[0] > led.spent()[0]
     assert [e.extra["sigma"] for e in led_f.entries] == [1.0, 10.0]
-    exact, led_x = fit("dpsgd_f", data, match_budget="exact")
+    exact, led_x = fit("dpsgd_f", data, eps=10, delta=DELTA, epochs=2, sigma="auto", match_budget="exact")
     assert led_x.spent()[0] <= led.spent()[0] and exact.info["steps_removed"] > 0
 
 
-def test_budget_is_enforced_and_calibration_fits_it():
-    from privfair_cli.errors import BudgetExceeded
+def test_budget_is_enforced_and_calibration_is_the_default():
+    data = toy_table()
+    with pytest.raises(BudgetExceeded, match="algo.sigma=calibrate"):
+        fit("dpsgd", data, eps=0.5, delta=DELTA, epochs=2, sigma="auto")
+    plugin, ledger = fit("dpsgd_f", data, eps=0.5, delta=DELTA, epochs=2, reference=False)
+    assert registry.make("dpsgd_f").cfg.sigma == "calibrate"
+    assert 0.49 < ledger.spent()[0] <= 0.5 and plugin.info["sigma"] > 1
 
-    data = table()
-    with pytest.raises(BudgetExceeded):
-        fit("dpsgd", data, eps=0.5)
-    plugin, ledger = fit("dpsgd_f", data, eps=0.5, sigma="calibrate", reference=False)
-    assert ledger.spent()[0] <= 0.5 and plugin.info["sigma"] > 1
+
+def test_history_records_eps_and_metrics_per_epoch():
+    """Per epoch: the steps, eps of the accountant at that step count, validation and test metrics of that
+    epoch's weights (fairness gaps included); the last epoch's test row is the run's own evaluation."""
+    data, test = toy_table(), toy_table(500, seed=9)
+    dp, ledger = fit("dpsgd_f", data, eps=10, delta=DELTA, epochs=3, sigma="auto", match_budget="exact",
+                     validation_size=0.25)
+    m = dp.evaluate(data, test, np.random.default_rng(0))
+    h = dp.history
+    assert len(h.epoch_steps) == 3 and h.epoch_steps[-1] == dp.info["steps"] == dp.log.steps
+    assert h.eps[-1] == pytest.approx(ledger.spent()[0], rel=1e-12)
+    q = 256 / 1500  # 2000 rows, a quarter held out for validation
+    assert dp.info["q"] == q
+    assert h.eps[0] == pytest.approx(accounting.dpsgd_epsilon(q, 1.0, int(h.epoch_steps[0]), DELTA, sigma1=10.0))
+    assert np.all(np.diff(h.eps) > 0)
+    for key in ("accuracy", "accuracy_s0", "risk_difference_abs", "dtpr_abs", "dfpr_abs", "equalized_odds_gap"):
+        assert h.sets["test"][key][-1] == pytest.approx(m[key], nan_ok=True)
+        assert len(h.sets["validation"][key]) == 3
+    frame = h.frame()
+    assert list(frame["epoch"]) == [1, 2, 3] and "validation_dtpr_abs" in frame and "test_accuracy" in frame
+
+
+def test_history_on_a_sgd_run_spends_nothing():
+    sgd, _ = fit("sgd", toy_table(), epochs=2)
+    assert list(sgd.history.eps) == [0.0, 0.0] and sgd.history.epoch_steps[-1] == sgd.log.steps
+
+
+def test_cnn_groups_are_the_classes():
+    """The CNN path on a tiny image table: ten groups (the classes), per-class accuracy from GroupRates, no
+    binary-only metrics."""
+    rng = np.random.default_rng(0)
+    n = 200
+    X = rng.random((n, 784)).astype(np.float32)
+    y = rng.integers(0, 10, n)
+    meta = {"classes": 10, "group_names": [f"class{k}" for k in range(10)], "compare_groups": [2, 8]}
+    data = Table("images", X, y, None, [f"p{i}" for i in range(784)], meta=meta)
+    dp, _ = fit("dpsgd_naive", data, eps=1e4, delta=DELTA, epochs=1, batch_size=100, sigma="auto")
+    assert dp.model_kind == "cnn" and dp.groups.K == 10
+    m = dp.evaluate(data, data, np.random.default_rng(0))
+    yhat = dp.predict(X)
+    assert m["accuracy_class3"] == pytest.approx(np.mean(yhat[y == 3] == 3))
+    assert "utility_loss_gap" in m and "balanced_error_rate" not in m
 
 
 # ----------------------------------------------------------------------------------------- datasets and CLI
-needs_data = pytest.mark.skipif(not os.environ.get("PRIVFAIR_DATA_DIR"), reason="PRIVFAIR_DATA_DIR is not set")
-
-
 def load_card(name, seed=0):
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
@@ -271,14 +475,11 @@ def load_card(name, seed=0):
 
     with initialize_config_dir(config_dir=str(ROOT / "configs"), version_base=None):
         cfg = compose(config_name="config", overrides=[f"data={name}"])
-    card = OmegaConf.to_container(cfg.data, resolve=True)
-    folder = Path(os.environ["PRIVFAIR_DATA_DIR"]) / card["subdir"]
-    if not folder.is_dir():
-        pytest.skip(f"dataset folder {folder} is absent")
-    return datasets.load(card, np.random.default_rng(seed))
+    return datasets.load(OmegaConf.to_container(cfg.data, resolve=True), np.random.default_rng(seed))
 
 
-@needs_data
+@needs_data("adult")
+@needs_data("dutch_census")
 def test_census_variants_have_the_thesis_group_sizes():
     a = load_card("adult_balanced")
     assert np.bincount(a.s).tolist() == [14000, 14000]
@@ -287,7 +488,7 @@ def test_census_variants_have_the_thesis_group_sizes():
     assert not np.array_equal(load_card("adult_balanced", seed=1).X, a.X)
 
 
-@needs_data
+@needs_data("mnist")
 def test_mnist_unbalanced_keeps_500_eights_and_the_test_set():
     t = load_card("mnist_unbalanced")
     train = ~t.meta["row_is_test"]
@@ -295,17 +496,42 @@ def test_mnist_unbalanced_keeps_500_eights_and_the_test_set():
     assert (~train).sum() == 10000 and t.X.dtype == np.float32 and t.X.max() <= 1
 
 
-@needs_data
-def test_cli_run_writes_privacy_block_and_curves(tmp_path):
+@needs_data("adult")
+def test_adult_runs_with_defaults_and_the_calibrated_noise_fits_eps():
+    train, test = table("adult", n=3000)
+    plugin, ledger = fit("dpsgd", train, eps=1.0, delta=1e-5)
+    assert 0.99 < ledger.spent()[0] <= 1.0 and plugin.info["sigma"] > 1
+    assert 0 <= plugin.evaluate(train, test, np.random.default_rng(0))["accuracy"] <= 1
+
+
+@needs_data("adult")
+def test_cli_run_writes_privacy_block_curves_and_history(tmp_path, monkeypatch):
+    """The record's eps is recomputed independently (spec §2 RDP formula, classic conversion) from the ledger's
+    own (sigma, q, steps); the cost-of-privacy metrics agree with each other; the files hold one row per epoch."""
+    from privfair_cli.main import main
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PRIVFAIR_PROGRESS", "off")
     out = tmp_path / "run"
-    cmd = [sys.executable, "-m", "privfair_cli", "run", "algo=dpsgd_f", "data=adult", "data.n=3000", "eps=10",
-           "delta=1e-6", "algo.epochs=2", f"hydra.run.dir={out}"]
-    subprocess.run(cmd, check=True, cwd=ROOT, capture_output=True)
+    code = main(["run", "algo=dpsgd_f", "data=adult", "data.n=3000", "eps=10", "delta=1e-6", "algo.sigma=auto",
+                 "algo.epochs=2", f"hydra.run.dir={out}"])
+    assert code == 0
     record = json.loads((out / "metrics.json").read_text())
     extras = [e["extra"] for e in record["privacy"]["ledger"]]
-    assert {"sigma", "q", "steps"} <= set(extras[0]) and len(extras) == 2
-    assert record["metrics"]["eps_accountant"] == pytest.approx(record["privacy"]["eps_spent"])
-    for key in ("accuracy_s0", "accuracy_diff_vs_sgd_s1", "avg_grad_norm_s0", "utility_loss_gap"):
-        assert key in record["metrics"]
-    assert (out / "artifacts" / "curves.csv").is_file() and (out / "artifacts" / "curves.png").is_file()
-
+    assert [x["sigma"] for x in extras] == [1.0, 10.0] and extras[0]["steps"] == extras[1]["steps"]
+    orders = np.arange(2, 257)
+    rdp = sum(x["steps"] * spec_rdp(x["q"], x["sigma"], orders) for x in extras)
+    assert record["privacy"]["eps_spent"] == pytest.approx(np.min(rdp + np.log(1 / 1e-6) / (orders - 1)), rel=1e-9)
+    assert extras[0]["q"] == pytest.approx(256 / record["metrics"]["n_train"])
+    m = record["metrics"]
+    for g in ("s0", "s1"):
+        assert m[f"accuracy_diff_vs_sgd_{g}"] == pytest.approx(m[f"accuracy_{g}"] - m[f"sgd_accuracy_{g}"])
+        assert 0 < m[f"avg_grad_norm_{g}"] and 0 < m[f"avg_loss_{g}"]
+    assert m["utility_loss_gap"] == pytest.approx(abs(m["accuracy_diff_vs_sgd_s1"] - m["accuracy_diff_vs_sgd_s0"]))
+    curves, history = pd.read_csv(out / "artifacts" / "curves.csv"), pd.read_csv(out / "artifacts" / "history.csv")
+    assert list(curves["epoch"]) == [1, 1, 2, 2] and list(curves["group"]) == ["s0", "s1", "s0", "s1"]
+    assert curves["examples"].sum() == pytest.approx(extras[0]["steps"] * 256, rel=0.1)  # Poisson batches
+    assert list(history["epoch"]) == [1, 2] and history["steps"].iloc[-1] == extras[0]["steps"]
+    assert history["eps"].iloc[-1] == pytest.approx(record["privacy"]["eps_spent"], rel=1e-6)
+    assert history["test_accuracy"].iloc[-1] == pytest.approx(m["accuracy"], abs=1e-6)
+    assert (out / "artifacts" / "curves.png").is_file()
