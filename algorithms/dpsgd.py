@@ -388,31 +388,13 @@ class XuSGD(Plugin):
         plots.curves(df, Path(run_dir) / "curves.png", title=f"{self.name}")
 
 
-@register
-class SGD(XuSGD):
-    name = "sgd"
-    algorithm = "sgd"
-    private = False
-    needs_delta = False
-    accountant = "basic"
+def _plugin(class_name: str, algorithm: str, **attrs) -> type[XuSGD]:
+    """The registered plugin `algorithm`: the shared body; its clipping rule is the trainer's `CLIP_RULES`."""
+    body = {"name": algorithm, "algorithm": algorithm, "mechanisms": ("subsampled_gaussian",), "__module__": __name__}
+    return register(type(class_name, (XuSGD,), body | attrs))
 
 
-@register
-class DPSGD(XuSGD):
-    name = "dpsgd"
-    algorithm = "dpsgd"
-    mechanisms = ("subsampled_gaussian",)
-
-
-@register
-class DPSGDF(XuSGD):
-    name = "dpsgd_f"
-    algorithm = "dpsgd_f"
-    mechanisms = ("subsampled_gaussian",)
-
-
-@register
-class DPSGDNaive(XuSGD):
-    name = "dpsgd_naive"
-    algorithm = "dpsgd_naive"
-    mechanisms = ("subsampled_gaussian",)
+SGD = _plugin("SGD", "sgd", private=False, needs_delta=False, accountant="basic", mechanisms=())
+DPSGD = _plugin("DPSGD", "dpsgd")
+DPSGDF = _plugin("DPSGDF", "dpsgd_f")
+DPSGDNaive = _plugin("DPSGDNaive", "dpsgd_naive")

@@ -418,9 +418,11 @@ def test_budget_is_enforced_and_calibration_is_the_default():
     data = toy_table()
     with pytest.raises(BudgetExceeded, match="algo.sigma=calibrate"):
         fit("dpsgd", data, eps=0.5, delta=DELTA, epochs=2, sigma="auto")
-    plugin, ledger = fit("dpsgd_f", data, eps=0.5, delta=DELTA, epochs=2, reference=False)
     assert registry.make("dpsgd_f").cfg.sigma == "calibrate"
-    assert 0.49 < ledger.spent()[0] <= 0.5 and plugin.info["sigma"] > 1
+    plugin, ledger = fit("dpsgd", data, eps=0.5, delta=DELTA, epochs=2, reference=False)
+    assert 0.499 < ledger.spent()[0] <= 0.5 and plugin.info["sigma"] > 1
+    plugin, ledger = fit("dpsgd_f", data, eps=0.5, delta=DELTA, epochs=2, reference=False)  # counts included
+    assert ledger.spent()[0] <= 0.5 and len(ledger.entries) == 2 and plugin.info["sigma1"] == 10 * plugin.info["sigma"]
 
 
 def test_history_records_eps_and_metrics_per_epoch():
