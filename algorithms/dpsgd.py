@@ -258,7 +258,9 @@ class XuSGD(Plugin):
         reference_rng = copy.deepcopy(rng)  # before any draw: the `sgd` run of this seed sees this very state
         settings = train_config(self.cfg, self.algorithm, self.model_kind, len(data), self.groups.K)
         self.info = {"steps": settings.steps, "q": settings.batch_size / len(data), "lr": settings.lr, "C": settings.C}
-        plan = self._charge(settings, data, budget, ledger) if self.private else None
+        self.plan = plan = self._charge(settings, data, budget, ledger) if self.private else None
+        if plan is not None and plan.sigma == 0:
+            self.warn("eps=inf with sigma=calibrate: the noise-free limit (sigma=0), no privacy guarantee")
         trained = settings if plan is None else replace(
             settings, sigma=plan.sigma, sigma1=plan.sigma1 or 0.0, steps=plan.steps)
         self.model, self.log = self._fit_model(trained, data, rng)
@@ -270,6 +272,11 @@ class XuSGD(Plugin):
         if validation is not None:
             self._watch("validation", validation)
         return self
+
+    def claims(self) -> str:
+        """(eps, delta)-DP, or none for the noise-free limit (eps = inf, sigma = 0)."""
+        noise_free = getattr(self, "plan", None) is not None and self.plan.sigma == 0
+        return "none" if noise_free else super().claims()
 
     def _hold_out(self, data, rng):
         """`validation_size` > 0: a seeded share of the training rows held out for the per-epoch history."""

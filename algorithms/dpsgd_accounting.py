@@ -9,7 +9,8 @@ thesis' moments accountant, or `balle2020`). dp-accounting's own `get_epsilon` u
 so it is not used for the reported eps.
 
 `plan_noise` turns the user's choices (a fixed sigma or `calibrate`, `match_budget`) into a `NoisePlan`, and
-`charge` records it in the run's ledger before any step is taken (T, q, sigma are fixed in advance).
+`charge` records it in the run's ledger before any step is taken (T, q, sigma are fixed in advance). eps = inf
+with `sigma: calibrate` is the noise-free limit: sigma = 0, an infinite RDP curve in the ledger (eps_spent inf).
 """
 
 from __future__ import annotations
@@ -40,10 +41,10 @@ def sampled_gaussian_rdp(q: float, sigma: float, steps: int, orders) -> np.ndarr
     from dp_accounting import GaussianDpEvent, PoissonSampledDpEvent
     from dp_accounting.rdp import RdpAccountant
 
-    if not sigma > 0:
-        raise ValueError(f"noise multiplier {sigma} must be > 0")
     if steps <= 0:
         return np.zeros(len(orders))
+    if sigma == 0:
+        return np.full(len(orders), np.inf)  # no noise (eps = inf, the noise-free limit): no guarantee
     accountant = RdpAccountant(list(orders))
     accountant.compose(PoissonSampledDpEvent(q, GaussianDpEvent(sigma)), 1)
     return steps * accountant.rdp
@@ -88,7 +89,11 @@ def iterations_to_match(q, sigma, sigma1, steps, delta, orders=accountants.DEFAU
 
 
 def calibrate_sigma(q, steps, eps, delta, sigma1_ratio=None, **kw) -> float:
-    """Smallest noise multiplier (to CALIBRATE_RTOL) whose spend fits eps (counts at sigma1_ratio * sigma)."""
+    """Smallest noise multiplier (to CALIBRATE_RTOL) whose spend fits eps (counts at sigma1_ratio * sigma); 0 at
+    eps = inf, the noise-free limit."""
+    if math.isinf(eps):
+        return 0.0
+
     def spend(s):
         return dpsgd_epsilon(q, s, steps, delta, sigma1=None if sigma1_ratio is None else sigma1_ratio * s, **kw)
 

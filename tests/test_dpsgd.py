@@ -425,6 +425,14 @@ def test_budget_is_enforced_and_calibration_is_the_default():
     assert ledger.spent()[0] <= 0.5 and len(ledger.entries) == 2 and plugin.info["sigma1"] == 10 * plugin.info["sigma"]
 
 
+def test_eps_inf_with_calibration_is_the_noise_free_limit():
+    plugin, ledger = fit("dpsgd_f", toy_table(), eps=math.inf, delta=DELTA, epochs=2)
+    assert plugin.plan.sigma == 0 and plugin.plan.sigma1 == 0 and math.isinf(ledger.spent()[0])
+    assert plugin.claims() == "none" and "noise-free" in plugin.warnings()[0]
+    fixed, _ = fit("dpsgd", toy_table(), eps=math.inf, delta=DELTA, epochs=2, sigma=1.0)
+    assert fixed.claims() == "(eps,delta)-DP" and not fixed.warnings()
+
+
 def test_history_records_eps_and_metrics_per_epoch():
     """Per epoch: the steps, eps of the accountant at that step count, validation and test metrics of that
     epoch's weights (fairness gaps included); the last epoch's test row is the run's own evaluation."""
