@@ -96,4 +96,44 @@ def reference_graph(plugin, data) -> np.ndarray:
     return adj
 
 
-EVALUATORS = {"classifier": classifier, "generator": generator, "graph": graph}
+def _accuracy_over_splits(X, y, train_ratio: float, splits: int, make, rng: np.random.Generator) -> float:
+    """Mean test accuracy of `make()` over `splits` uniform random (not stratified) train/test splits."""
+    n_train = max(2, int(round(train_ratio * len(y))))
+    scores = []
+    for _ in range(splits):
+        perm = rng.permutation(len(y))
+        tr, te = perm[:n_train], perm[n_train:]
+        if len(np.unique(y[tr])) < 2:  # a one-class training draw: no classifier, chance-free majority answer
+            scores.append(float(np.mean(y[te] == y[tr][0])))
+            continue
+        scores.append(float(np.mean(make().fit(X[tr], y[tr]).predict(X[te]) == y[te])))
+    return float(np.mean(scores))
+
+
+def embedding(plugin, train, test, rng: np.random.Generator) -> dict[str, float]:
+    """Network embedding (dpne.md §5.3-5.4), task from the graph card (`data.task`):
+    `vertex_classification_accuracy`: rows of `plugin.embedding` L2-normalised, one-vs-rest LinearSVC(C=1) trained
+    on `train_ratio` of the vertices, accuracy on the rest, mean over `eval_splits` random splits;
+    `link_prediction_accuracy`: Hadamard features `w_u * w_v` of the L2-normalised rows (unscaled rows are too
+    small for LogisticRegression(C=1), which then predicts one class: spec C8 leaves scaling open) of the
+    held-out edges and as many sampled non-edges
+    (datasets/graphs.py `link_split`: the embedding was fitted on the residual graph and never saw them),
+    LogisticRegression(C=1, lbfgs, max_iter=1000) trained on `train_ratio` of the pairs, same averaging."""
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.preprocessing import normalize
+    from sklearn.svm import LinearSVC
+
+    card = train.meta.get("card", {})
+    graph, W = train.meta["graph"], normalize(np.asarray(plugin.embedding, dtype=np.float64))
+    ratio, splits = float(card.get("train_ratio", 0.1)), int(card.get("eval_splits", 1))
+    if graph.pairs is None:
+        acc = _accuracy_over_splits(W, np.asarray(train.y), ratio, splits,
+                                    lambda: LinearSVC(C=1.0), rng)
+        return {"vertex_classification_accuracy": acc}
+    feats = W[graph.pairs[:, 0]] * W[graph.pairs[:, 1]]
+    acc = _accuracy_over_splits(feats, graph.pair_labels, ratio, splits,
+                                lambda: LogisticRegression(C=1.0, max_iter=1000), rng)
+    return {"link_prediction_accuracy": acc}
+
+
+EVALUATORS = {"classifier": classifier, "generator": generator, "graph": graph, "embedding": embedding}

@@ -10,10 +10,10 @@ import numpy as np
 
 from privfair_cli.errors import ConfigError
 
-TASK_KINDS = ("classifier", "generator", "graph")
+TASK_KINDS = ("classifier", "generator", "graph", "embedding")
 
 # Modules under privfair_cli.algorithms whose import registers plugins.
-ALGORITHM_MODULES = ("logistic", "functional", "prefair", "causal", "dpsgd")  # torch-free ones first
+ALGORITHM_MODULES = ("logistic", "functional", "prefair", "causal", "dpne", "dpsgd")  # torch-free ones first
 
 
 GUARANTEES = ("eps-DP", "(eps,delta)-DP", "zCDP", "heuristic", "none")
@@ -30,7 +30,8 @@ class Plugin:
     configured instance (e.g. an option that drops the clipping the proof needs makes it `heuristic`). Task kinds add:
       classifier: `predict(X) -> {0,1}` array (and `predict_proba` where it exists);
       generator:  `sample(n, rng) -> pandas.DataFrame` with the input's discrete schema;
-      graph:      attribute `adjacency` (p x p 0/1 skeleton) and `cpdag` after fit.
+      graph:      attribute `adjacency` (p x p 0/1 skeleton) and `cpdag` after fit;
+      embedding:  attribute `embedding` (n_vertices x k, rows in the graph's node order) after fit on a graph card.
     `extra_metrics()` may return plugin-specific numbers (flat name -> number) for metrics.json and
     A plugin may define `evaluate(train, test, rng) -> dict` to replace its kind's default evaluation
     (evaluate.py), e.g. to add the metrics its family's spec asks for.

@@ -106,7 +106,12 @@ def compute(rc: schema.RunConfig, artifacts: Path, log=print) -> dict:
     t0 = time.perf_counter()
     rng = streams(rc.seed)
     table = load_data(rc.data, rng, log)
-    train, test = data_lib.split(table, rc.data.test_size, rng["split"])
+    if "graph" in table.meta:  # graph cards split per task (datasets/graphs.py)
+        from privfair_cli.datasets import graphs
+
+        train, test = graphs.split(table, rc.data.raw, rng["split"])
+    else:
+        train, test = data_lib.split(table, rc.data.test_size, rng["split"])
     timings["load"] = time.perf_counter() - t0
 
     cls = registry.get(rc.algo)

@@ -66,6 +66,8 @@ def validate_card(card: dict) -> DataCard:
     except ModuleNotFoundError:
         raise ConfigError(f"data.loader={card['loader']!r} for dataset {name!r} is not a loader module") from None
     synthetic = hasattr(module, "generate")
+    if hasattr(module, "validate"):  # loader-specific card keys (e.g. graphs.py)
+        module.validate(card)
     if not synthetic:
         if not card.get("label"):
             raise ConfigError(f"data.label is missing for dataset {name!r}: name the label column")
@@ -122,6 +124,10 @@ def validate(cfg: DictConfig) -> RunConfig:
     if "data" not in cfg:
         raise ConfigError("data is not set: choose one with data=<name> (see `privfair list`)")
     card = validate_card(OmegaConf.to_container(cfg.data, resolve=True))
+    if (plugin.kind == "embedding") != (card.loader == "graphs"):
+        what = "a graph" if plugin.kind == "embedding" else "a tabular"
+        raise ConfigError(f"algo={name} needs {what} dataset, data={card.name} is not one; allowed: "
+                          f"{'cora, citeseer, wiki' if plugin.kind == 'embedding' else 'any non-graph card'}")
     budget = OmegaConf.to_container(cfg.get("budget") or {}, resolve=True)
     return RunConfig(eps, delta, seed, device, bool(cfg.get("overwrite", False)), name, params, card,
                      mechanism, budget)

@@ -1,0 +1,204 @@
+"""Network-embedding family (dpne.md): graph loader rule, M and Lemma 1, nemf vs a truncated SVD, noise scales,
+link-prediction splits, one run end to end."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+
+import numpy as np
+import pytest
+from scipy import stats
+from scipy.sparse import csgraph
+
+from privfair_cli.algorithms import dpne
+from privfair_cli.datasets import graphs
+from privfair_cli.errors import DataError
+from privfair_cli.privacy import Budget, PrivacyLedger
+from tests.conftest import fit, needs_data, table
+
+
+def sbm(n=240, blocks=3, p_in=0.12, p_out=0.01, seed=0) -> graphs.Graph:
+    rng = np.random.default_rng(seed)
+    z = np.arange(n) % blocks
+    prob = np.where(z[:, None] == z[None, :], p_in, p_out)
+    upper = np.triu(rng.random((n, n)) < prob, 1)
+    u, v = np.nonzero(upper)
+    return graphs.build(np.column_stack([u, v]), n)
+
+
+# ---------------------------------------------------------------------------------------------- loader rule
+def test_rule_drops_direction_duplicates_and_self_loops():
+    edges = np.array([[0, 1], [1, 0], [0, 1], [2, 2], [1, 2], [3, 3]])
+    g = graphs.build(edges, 5)
+    assert g.counts == {"lines": 6, "duplicate_lines": 1, "self_loop_lines": 2, "edges": 2, "vertices": 5,
+                        "isolated": 2}
+    assert (g.adjacency != g.adjacency.T).nnz == 0 and g.adjacency.diagonal().sum() == 0
+    assert g.edges().tolist() == [[0, 1], [1, 2]]
+
+
+def test_unknown_node_id_is_one_line_error(tmp_path):
+    (tmp_path / "e.txt").write_text("0 1\n1 7\n")
+    (tmp_path / "l.txt").write_text("0 0\n1 1\n2 0\n")
+    card = {"name": "toy", "files": {"e.txt": {}, "l.txt": {}}, "edges": "e.txt", "labels": "l.txt"}
+    with pytest.raises(DataError, match=r"line 2 names node 7, which is not a vertex") as err:
+        graphs.read([tmp_path / "e.txt", tmp_path / "l.txt"], card)
+    assert "\n" not in str(err.value)
+
+
+def test_isolated_vertices_refused_when_the_card_says_error():
+    g = graphs.build(np.array([[0, 1]]), 3)
+    with pytest.raises(DataError, match="1 isolated vertices"):
+        graphs.check(g, {"name": "toy", "isolated": "error"})
+    graphs.check(g, {"name": "toy", "isolated": "keep"})
+
+
+@pytest.mark.parametrize("name, counts", [
+    pytest.param(name, counts, marks=needs_data(name)) for name, counts in
+    (("cora", (2708, 5429, 5278, 7, 0)), ("citeseer", (3312, 4732, 4551, 6, 48)),
+     ("wiki", (2405, 17981, 11596, 17, 42)))
+])
+def test_published_datasets_under_the_rule(name, counts):
+    train, _ = table(name)
+    c = train.meta["graph"].counts
+    assert (c["vertices"], c["lines"], c["edges"], c["classes"], c["isolated"]) == counts
+
+
+# ---------------------------------------------------------------------------------------------- M and Lemma 1
+def test_walk_matrix_rows():
+    g = graphs.build(np.array([[0, 1], [1, 2]]), 4)
+    m = dpne.walk_matrix(g.adjacency)
+    np.testing.assert_allclose(m.sum(axis=1), [1, 1, 1, 0])
+    p = dpne.transition(g.adjacency)
+    np.testing.assert_allclose(m, (p + p @ p) / 2)
+
+
+def test_one_edge_changes_m_by_at_most_lemma1_sensitivity():
+    """Brute force over every graph on 5 vertices and every single-edge change: ||M' - M||_F <= sqrt(2) (it is
+    1.0 at most); the L1 change exceeds sqrt(2) (spec C3, why dpm claims heuristic)."""
+    pairs = list(itertools.combinations(range(5), 2))
+    worst_f = worst_l1 = 0.0
+    for mask in range(1 << len(pairs)):
+        a = np.zeros((5, 5))
+        for bit, (i, j) in enumerate(pairs):
+            if mask >> bit & 1:
+                a[i, j] = a[j, i] = 1
+        m = dpne.walk_matrix(a)
+        for i, j in pairs:
+            b = a.copy()
+            b[i, j] = b[j, i] = 1 - a[i, j]
+            d = dpne.walk_matrix(b) - m
+            worst_f, worst_l1 = max(worst_f, np.linalg.norm(d)), max(worst_l1, np.abs(d).sum())
+    assert worst_f <= dpne.LEMMA1_SENSITIVITY + 1e-12
+    assert worst_f == pytest.approx(1.0)
+    assert worst_l1 > dpne.LEMMA1_SENSITIVITY
+
+
+# ---------------------------------------------------------------------------------------------- nemf vs SVD
+def principal_cosines(a, b):
+    qa, _ = np.linalg.qr(a)
+    qb, _ = np.linalg.qr(b)
+    return np.linalg.svd(qa.T @ qb, compute_uv=False)
+
+
+def test_nemf_recovers_the_truncated_svd_subspace():
+    from sklearn.decomposition import TruncatedSVD
+
+    g, k = sbm(), 3
+    m = dpne.walk_matrix(g.adjacency)
+    svd = TruncatedSVD(n_components=k, algorithm="arpack").fit(m)
+    h = dpne.context(m, k, "unit")
+    plugin, _ = fit("nemf", type("D", (), {"meta": {"graph": g}, "name": "sbm"})(), k=k, epochs=60,
+                    save_embedding=False)
+    u_k = m @ svd.components_.T  # left singular subspace (U_k S_k)
+    assert principal_cosines(u_k, plugin.embedding).min() > 0.99
+    assert principal_cosines(svd.components_.T, h).min() > 0.9  # stage 1: H spans ~V_k (rows normalised)
+
+
+def test_block_sgd_equals_the_literal_per_entry_loop():
+    g = sbm(n=60)
+    m, rng = dpne.walk_matrix(g.adjacency), np.random.default_rng(3)
+    h = dpne.context(m, 4, "unit")
+    w0, noise = rng.normal(0, 0.01, (60, 4)), rng.normal(0, 1, (60, 4))
+    w = w0.copy()
+    for j in np.random.default_rng(1).permutation(60):  # spec §3.3, linear noise term
+        e = m[:, j] - w @ h[j]
+        w -= 0.015 * (-2 * e[:, None] * h[j][None, :] + (2 * 0.001 * w + noise) / 60)
+    ours = dpne.SGD(0.015, 0.001, 1, 16, "linear").run(m, h, w0, noise, np.random.default_rng(1))
+    np.testing.assert_allclose(ours, w, atol=1e-10)
+
+
+# ---------------------------------------------------------------------------------------------- noise scales
+def test_dpm_laplace_scale_is_sensitivity_over_eps():
+    g, eps = sbm(n=200), 2.0
+    ledger = PrivacyLedger(Budget(eps))
+    m = dpne.walk_matrix(g.adjacency)
+    m_hat = dpne.noisy_walk_matrix(g, dpne.LEMMA1_SENSITIVITY, eps, np.random.default_rng(0), ledger)
+    scale = math.sqrt(2) / eps
+    assert stats.kstest((m_hat - m).ravel()[:20000], "laplace", args=(0, scale)).pvalue > 1e-3
+    entry = ledger.to_dict()["ledger"][0]
+    assert entry["sensitivity"] == pytest.approx(1.41421356) and entry["eps"] == eps
+
+
+@pytest.mark.parametrize("eps", [0.1, 10.0])
+def test_objective_noise_norms_are_gamma_k_2delta_over_eps(eps):
+    k = 5
+    eta = dpne.objective_noise(20000, k, eps, math.sqrt(2), np.random.default_rng(1))
+    norms = np.linalg.norm(eta, axis=1)
+    assert stats.kstest(norms, "gamma", args=(k, 0, 2 * math.sqrt(2) / eps)).pvalue > 1e-3
+    assert np.abs((eta / norms[:, None]).mean(axis=0)).max() < 0.03  # uniform directions
+
+
+def test_dpne_ledger_records_lemma1_and_claims():
+    g = sbm(n=120)
+    data = type("D", (), {"meta": {"graph": g}, "name": "sbm"})()
+    plugin, ledger = fit("dpne", data, eps=1.0, k=4, save_embedding=False)
+    entry = ledger.to_dict()["ledger"][0]
+    assert entry["mechanism"] == "objective_perturbation"
+    assert entry["sensitivity"] == pytest.approx(math.sqrt(2)) and entry["eps"] == 1.0
+    assert plugin.claims() == "heuristic" and "Theorem 7 does not cover it" in plugin.warnings()[0]
+    assert plugin.extra_metrics()["sensitivity_M_l2"] == pytest.approx(1.4142, abs=1e-4)
+    linear, _ = fit("dpne", data, eps=1.0, k=4, noise_term="linear", save_embedding=False)
+    assert linear.claims() == "eps-DP"
+
+
+def test_k_not_below_the_vertex_count_is_refused():
+    from privfair_cli.errors import ConfigError
+
+    data = type("D", (), {"meta": {"graph": sbm(n=30)}, "name": "sbm"})()
+    with pytest.raises(ConfigError, match="algo.k=30 must be smaller than the number of vertices"):
+        fit("nemf", data, k=30)
+
+
+# ---------------------------------------------------------------------------------------------- link prediction
+def test_link_split_never_leaks_test_edges():
+    g = sbm(n=300, p_in=0.05)
+    res = graphs.link_split(g, 0.5, np.random.default_rng(0))
+    pos = res.pairs[res.pair_labels == 1]
+    neg = res.pairs[res.pair_labels == 0]
+    assert len(pos) == len(neg) == int(round(0.5 * len(g.edges()))) or len(pos) == len(neg)
+    assert np.asarray(res.adjacency[pos[:, 0], pos[:, 1]]).sum() == 0          # held out: not in the residual graph
+    assert np.asarray(g.adjacency[pos[:, 0], pos[:, 1]]).min() == 1
+    assert np.asarray(g.adjacency[neg[:, 0], neg[:, 1]]).sum() == 0            # negatives: non-edges of the full graph
+    assert (neg[:, 0] != neg[:, 1]).all() and len(np.unique(neg, axis=0)) == len(neg)
+    assert csgraph.connected_components(res.adjacency)[0] == csgraph.connected_components(g.adjacency)[0]
+    assert res.counts["edges"] + len(pos) == len(g.edges())
+
+
+# ---------------------------------------------------------------------------------------------- end to end
+@needs_data("cora")
+def test_run_end_to_end_link_prediction(tmp_path, monkeypatch):
+    from privfair_cli.main import main
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PRIVFAIR_PROGRESS", "off")
+    assert main(["run", "algo=dpne", "data=cora", "algo.k=16", "algo.epochs=1", "data.task=link_prediction",
+                 "data.eval_splits=2"]) == 0
+    run = next(tmp_path.glob("results/runs/dpne/cora/*/seed=0"))
+    record = json.loads((run / "metrics.json").read_text())
+    assert 0.5 < record["metrics"]["link_prediction_accuracy"] <= 1.0
+    assert record["guarantee"] == "heuristic" and record["warnings"]
+    assert record["privacy"]["ledger"][0]["sensitivity"] == pytest.approx(math.sqrt(2))
+    assert np.load(run / "embedding.npy").shape == (2708, 16)
+    assert np.array_equal(np.load(run / "node_ids.npy"), np.arange(2708))
