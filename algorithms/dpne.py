@@ -46,6 +46,7 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.linalg import solve_triangular
 from sklearn.utils.extmath import randomized_svd
+from threadpoolctl import threadpool_limits
 
 from privfair_cli.errors import ConfigError
 from privfair_cli.privacy import laplace
@@ -72,8 +73,8 @@ def transition(adj: sp.spmatrix) -> np.ndarray:
 
 def walk_matrix(adj: sp.spmatrix) -> np.ndarray:
     """`M = (P + P^2) / 2` (t = 2, no logarithm; dpne.md §0.1, §1.4)."""
-    p = transition(adj)
-    return (p + p @ p) / 2.0
+    p = sp.csr_matrix(transition(adj))
+    return np.asarray(((p + p @ p) / 2.0).todense())
 
 
 def context(m: np.ndarray, k: int, h_norm: str) -> np.ndarray:
@@ -157,6 +158,7 @@ class SGD:
                 s = 0.0 if noise is None else (1.0 if self.noise_term == "linear" else float(
                     np.sign(alpha * un + beta * nn)))
                 u, alpha, beta, un = self._block(mt, h, u, alpha, beta, un, nh, cols, c, s, n)
+            u, alpha = u * alpha, 1.0  # fold the regulariser's shrink back into U once per epoch
             if noise is not None:
                 un = float(np.sum(u * noise))  # no drift of the running <U, N>
         return alpha * u + (0.0 if noise is None else beta * noise)
@@ -175,12 +177,12 @@ class SGD:
         gram = hj @ hj.T
         lag = c ** np.maximum(steps[None, :] - 1.0 - steps[:, None], 0.0)
         t = np.triu(2.0 * self.lr * lag * gram, k=1) + np.eye(b)   # e_j + sum_{l<j} T_lj e_l = r_j
-        e = solve_triangular(t, r, trans="T", lower=False)         # b x n: row j = e_j
+        e = solve_triangular(t, r, trans="T", lower=False, check_finite=False)         # b x n: row j = e_j
         scaled = e * (2.0 * self.lr / alphas)[:, None]
         u = u + scaled.T @ hj
         if nh is not None:
             un += float(np.einsum("ij,ij->", scaled, nh[cols]))
-        return u * (alphas[-1]), 1.0, betas[-1], un * alphas[-1]
+        return u, alphas[-1], betas[-1], un
 
 
 # ---------------------------------------------------------------------------------------------- plugins
@@ -219,7 +221,8 @@ class _Embedder(Plugin):
             raise ConfigError(f"algo.k={self.cfg.k} must be smaller than the number of vertices ({graph.n}) of "
                               f"data={data.name}; choose a smaller k")
         t0 = time.perf_counter()
-        self.embedding = self.embed(graph, budget, ledger, rng)
+        with threadpool_limits(1):  # one BLAS thread: the runs share 2 cores, threads only add contention
+            self.embedding = self.embed(graph, budget, ledger, rng)
         self.fit_seconds = time.perf_counter() - t0
         self.node_ids = graph.node_ids
         self.counts = dict(graph.counts)
