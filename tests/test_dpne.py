@@ -195,10 +195,10 @@ def test_run_end_to_end_link_prediction(tmp_path, monkeypatch):
     monkeypatch.setenv("PRIVFAIR_PROGRESS", "off")
     assert main(["run", "algo=dpne", "data=cora", "algo.k=16", "algo.epochs=1", "data.task=link_prediction",
                  "data.eval_splits=2"]) == 0
-    run = next(tmp_path.glob("results/runs/dpne/cora/*/seed=0"))
+    run = next(tmp_path.glob("results/runs/dpne/cora/*/seed=0*"))
     record = json.loads((run / "metrics.json").read_text())
     assert 0.5 < record["metrics"]["link_prediction_accuracy"] <= 1.0
     assert record["guarantee"] == "heuristic" and record["warnings"]
     assert record["privacy"]["ledger"][0]["sensitivity"] == pytest.approx(math.sqrt(2))
-    assert np.load(run / "embedding.npy").shape == (2708, 16)
-    assert np.array_equal(np.load(run / "node_ids.npy"), np.arange(2708))
+    assert np.load(run / "artifacts" / "embedding.npy").shape == (2708, 16)
+    assert np.array_equal(np.load(run / "artifacts" / "node_ids.npy"), np.arange(2708))
