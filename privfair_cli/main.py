@@ -65,7 +65,10 @@ def run_hydra(args: list[str], debug: bool) -> int:
         return 1 if outcome and Outcome.load(outcome).failed else 0
     except KeyboardInterrupt as err:
         raise Interrupted(getattr(err, "signal", "SIGINT"), _kept(outcome)) from None
-    except OSError as err:  # raised by Hydra before the run started: the run folder or its log cannot be made
+    except OSError as err:
+        if job.started:
+            raise  # not a results folder's fault: shown as any other unexpected error
+        # raised by Hydra before any job ran: the run or sweep folder, or the log in it, cannot be made
         raise ResultsError(f"cannot write {err.filename or 'the run folder'}: {err.strerror or err}") from None
     finally:
         GlobalHydra.instance().clear()
@@ -97,7 +100,7 @@ def _kept(outcome: str | None) -> str:
     except (OSError, ValueError):  # interrupted before the sweep started: the file is still empty
         return "no run had started"
     if sweep is None:
-        return "a complete earlier result in its folder is kept"
+        return "any complete earlier result in its folder is kept"
     done = len(results.complete_runs(sweep.sweep_dir))
     return f"{done}/{sweep.total} runs complete in {sweep.sweep_dir} are kept"
 
@@ -111,12 +114,14 @@ class Job:
     def __init__(self, multirun: bool, debug: bool):
         self.multirun, self.debug = multirun, debug
         self.error: PrivfairError | None = None  # a single run's error, raised again by run_hydra
+        self.started = False  # whether Hydra got as far as calling a job in this process
 
     def __call__(self, cfg) -> None:
         from hydra.core.hydra_config import HydraConfig
 
         from privfair_cli import runner
 
+        self.started = True
         hc = HydraConfig.get()
         run_dir, task = Path(hc.runtime.output_dir), list(hc.overrides.task)
         if not self.multirun:

