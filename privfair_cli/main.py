@@ -62,7 +62,7 @@ def run_hydra(args: list[str], debug: bool) -> int:
             task()
         if job.error is not None:
             raise job.error
-        return 1 if outcome and Outcome.load(outcome).failed else 0
+        return 1 if outcome and _swept(outcome).failed else 0
     except KeyboardInterrupt as err:
         raise Interrupted(getattr(err, "signal", "SIGINT"), _kept(outcome)) from None
     except OSError as err:
@@ -91,6 +91,14 @@ def _environment(env: dict[str, str], argv: list[str]):
                 os.environ.pop(k)
             else:
                 os.environ[k] = v
+
+
+def _swept(outcome: str) -> Outcome:
+    try:
+        return Outcome.load(outcome)
+    except ValueError:  # the file is still empty
+        raise ResultsError("the sweep's outcome was not recorded: configs/config.yaml must keep "
+                           "hydra.callbacks.sweep_watch") from None
 
 
 def _kept(outcome: str | None) -> str:
