@@ -30,8 +30,9 @@ drawn; sensitivities come from d and the [0, 1] feature bounds, never from the d
 
 Feature bounds (pflr.md §0, §1.4; pdfc.md §1.3): every sensitivity assumes 0 <= x_l <= 1. Card-encoded datasets
 satisfy it by construction (declared bounds); features outside it (e.g. `data=synthetic_gaussian`) are clipped
-into [0, 1] row by row before anything is computed (a per-row map, so the guarantee holds for any input) and a
-warning says so on the console. eps = inf is the noise-free limit: every scale is 0 and the ledger records inf.
+into [0, 1] row by row before anything is computed (a per-row map, so the guarantee holds for any input) and the
+result's `warnings` say so (that one bit about the training data is not covered by the ledger). eps = inf is the
+noise-free limit: every scale is 0 and the ledger records inf.
 
 Deviations and choices (each a config key where the spec asks for one):
 
@@ -373,8 +374,8 @@ class LinearClassifier(Plugin):
         if self.needs_sensitive and data.s is None:
             raise DataError(f"algo={self.name} needs a sensitive attribute; data={data.name} has none")
         if np.any((data.X < 0) | (data.X > 1)):
-            print(f"warning: {self.name}: features outside [0, 1] (the bounds its sensitivity assumes) are clipped "
-                  f"into [0, 1]; declare the bounds in the card of data={data.name}")
+            self.warn(f"{self.name}: features outside [0, 1] (the bounds its sensitivity assumes) were clipped into "
+                      f"[0, 1]; declare the bounds in the card of data={data.name}")
 
     def fit(self, data, budget, ledger, rng, device="cpu"):
         self.check(data)
@@ -527,8 +528,8 @@ class PFLRStar(LaplaceFM):
         rates = metrics.GroupRates(train.y, (X @ w > 0).astype(int), train.s).by_group()
         gap = rates[1]["positive_rate"] - rates[0]["positive_rate"]
         if gap < 0:
-            print(f"warning: pflr_star: the group coded s=1 is not favoured by Taylor LR (train gap {gap:.3f}); "
-                  "the PFLR* shift will widen the disparity - check the card's `privileged` (pflr.md A4)")
+            self.warn(f"pflr_star: the group coded s=1 is not favoured by Taylor LR (train gap {gap:.3f}); "
+                      "the PFLR* shift will widen the disparity - check the card's `privileged` (pflr.md A4)")
         return out | {"a4_taylor_train_gap": gap}
 
 
