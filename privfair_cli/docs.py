@@ -1,11 +1,14 @@
-"""`make docs` (`python -m privfair_cli.docs`): the reproduction report, generated from the committed comparisons.
+"""`make docs` (`python -m privfair_cli.docs`): the pages generated from the code and the committed comparisons.
 
 Reads every experiment config with a `reproduce:` block (`configs/experiment/*.yaml`) and its committed comparison
-(`results/reproduce/<experiment>/comparison.csv`, written by `privfair reproduce`), then
+(`results/reproduce/<experiment>/comparison.csv`, written by `privfair reproduce`), and the plugin registry, then
 
 - writes `docs/reproduction.md`: per paper, experiment and table, how many cells match, deviate, are substituted or
   were not run, with a link to each comparison and every non-matching cell's reason;
-- rewrites the block of `README.md` between `START` and `END` with the summary table.
+- rewrites the block of `README.md` between `START` and `END` with the summary table;
+- rewrites the block between `ALGORITHMS_START` and `ALGORITHMS_END` with the algorithm table: one row per
+  algorithm module (`registry.ALGORITHM_MODULES`), its task kinds, its algorithms grouped by the guarantee each
+  declares, and its family page (the page under `docs/families/` that links the module), or the module itself.
 
 Nothing here computes a verdict: the counts and reasons are the comparison's own, so the two pages cannot say
 more (or less) than the committed comparisons. A non-matching cell whose comparison has an empty reason shows
@@ -29,6 +32,9 @@ LABELS = {"match": "match", "deviates": "deviates", "substitute": "substitute", 
 NO_REASON = "(no reason recorded)"
 START = "<!-- reproduction-summary:start -->"
 END = "<!-- reproduction-summary:end -->"
+ALGORITHMS_START = "<!-- algorithms:start -->"
+ALGORITHMS_END = "<!-- algorithms:end -->"
+FAMILIES = Path("docs") / "families"
 REPORT = Path("docs") / "reproduction.md"
 README = Path("README.md")
 # Experiment names are `<paper>_<table>`; the paper prefix names the source. Unknown prefixes show as they are.
@@ -203,18 +209,60 @@ def readme_block(exps: list[Experiment]) -> str:
     return f"{START}\n{summary_table(exps)}\n{END}"
 
 
-def with_block(text: str, block: str) -> str:
-    """`text` with the part from START to END (markers included) replaced by `block`."""
-    start, end = text.find(START), text.find(END)
+def with_block(text: str, block: str, start_marker: str = START, end_marker: str = END) -> str:
+    """`text` with the part from `start_marker` to `end_marker` (markers included) replaced by `block`."""
+    start, end = text.find(start_marker), text.find(end_marker)
     if start < 0 or end < start:
-        raise ValueError(f"README.md needs the markers {START} and {END} (in this order)")
-    return text[:start] + block + text[end + len(END):]
+        raise ValueError(f"README.md needs the markers {start_marker} and {end_marker} (in this order)")
+    return text[:start] + block + text[end + len(end_marker):]
+
+
+def family_pages(root: Path) -> dict[str, str]:
+    """Algorithm module -> the family page (path from the checkout) that links `algorithms/<module>.py`."""
+    pages = {}
+    for page in sorted((root / FAMILIES).glob("*.md")):
+        for module in re.findall(r"\(\.\./\.\./algorithms/(\w+)\.py\)", page.read_text()):
+            pages.setdefault(module, (FAMILIES / page.name).as_posix())
+    return pages
+
+
+def _summary(doc: str | None) -> str:
+    """What a module is: the first sentence of its docstring, up to its first parenthesis."""
+    first = re.split(r"(?<=\.)\s", " ".join((doc or "").split("\n\n")[0].split()), maxsplit=1)[0]
+    return first.split(" (")[0].rstrip(".")
+
+
+def algorithm_table(root: Path) -> str:
+    """One row per algorithm module: what it is, task kinds, algorithms by declared guarantee, documentation."""
+    import importlib
+
+    from privfair_cli import registry
+
+    plugins = registry.load_plugins()
+    head = ["family", "task", "algorithms by guarantee", "documentation"]
+    lines = [_row(head), _row(["---"] * len(head))]
+    pages = family_pages(root)
+    for module in registry.ALGORITHM_MODULES:
+        classes = [c for _, c in sorted(plugins.items()) if c.__module__.rsplit(".", 1)[-1] == module]
+        if not classes:
+            continue
+        by_guarantee = {g: [f"`{c.name}`" for c in classes if (c.guarantee if c.private else "none") == g]
+                        for g in registry.GUARANTEES}
+        guarantees = "; ".join(f"{g}: {', '.join(names)}" for g, names in by_guarantee.items() if names)
+        kinds = ", ".join(dict.fromkeys(c.kind for c in classes))
+        doc = _summary(importlib.import_module(f"privfair_cli.algorithms.{module}").__doc__)
+        page = pages.get(module)
+        link = f"[{Path(page).stem}]({page})" if page else f"[`algorithms/{module}.py`](algorithms/{module}.py)"
+        lines.append(_row([doc, kinds, guarantees, link]))
+    return f"{ALGORITHMS_START}\n" + "\n".join(lines) + f"\n{ALGORITHMS_END}"
 
 
 def expected(root: Path) -> dict[Path, str]:
-    """What the generated files must contain, from the committed comparisons under `root`."""
+    """What the generated files must contain, from the committed comparisons and the registry under `root`."""
     exps = experiments(root)
-    return {REPORT: report(exps), README: with_block((root / README).read_text(), readme_block(exps))}
+    readme = with_block((root / README).read_text(), readme_block(exps))
+    readme = with_block(readme, algorithm_table(root), ALGORITHMS_START, ALGORITHMS_END)
+    return {REPORT: report(exps), README: readme}
 
 
 def main(argv: list[str] | None = None) -> int:

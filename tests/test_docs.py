@@ -29,7 +29,8 @@ def _checkout(tmp_path: Path, comparisons: dict[str, str], gpu_only: tuple[str, 
         out = tmp_path / "results" / "reproduce" / name
         out.mkdir(parents=True)
         (out / "comparison.csv").write_text(HEADER + rows)
-    (tmp_path / "README.md").write_text(f"intro\n{docs.START}\nold\n{docs.END}\nrest\n")
+    (tmp_path / "README.md").write_text(f"intro\n{docs.START}\nold\n{docs.END}\nrest\n"
+                                        f"{docs.ALGORITHMS_START}\n{docs.ALGORITHMS_END}\n")
     return tmp_path
 
 
@@ -48,7 +49,7 @@ def test_counts_reasons_and_missing_reasons_are_shown(tmp_path):
     assert "p2020_table9: what it reproduces." in page and "More detail" not in page
     assert "`without_cuda: skip`" in page
     readme = (root / docs.README).read_text()
-    assert readme.startswith("intro\n") and readme.endswith("\nrest\n") and "old" not in readme
+    assert readme.startswith("intro\n") and "\nrest\n" in readme and "old" not in readme
     assert "| [`p2020_table1`](docs/reproduction.md#p2020_table1) | Table 1, Table 2 | 1 | 1 |  | 2 |" in readme
     assert "no comparison committed" in readme
     assert docs.main(["--root", str(root), "--check"]) == 0
@@ -69,3 +70,17 @@ def test_readme_without_markers_and_unknown_verdicts_fail(tmp_path):
     root = _checkout(tmp_path, {"p2020_table1": "Table 1,A,x,eps=1,acc,0.5,,0.5,0.01,0,0.02,maybe,\n"})
     with pytest.raises(ValueError, match="unknown verdicts"):
         docs.expected(root)
+
+
+def test_algorithm_table_lists_every_plugin_with_its_guarantee_and_page(tmp_path):
+    from privfair_cli import registry
+
+    page = tmp_path / docs.FAMILIES / "lr-family.md"
+    page.parent.mkdir(parents=True)
+    page.write_text("Module [`algorithms/logistic.py`](../../algorithms/logistic.py).\n")
+    table = docs.algorithm_table(tmp_path)
+    for name in registry.load_plugins():
+        assert f"`{name}`" in table
+    row = next(line for line in table.splitlines() if "`lr`" in line)
+    assert "none: `lr`" in row and "[lr-family](docs/families/lr-family.md)" in row
+    assert "[`algorithms/functional.py`](algorithms/functional.py)" in table  # no page here: the module itself
