@@ -71,7 +71,7 @@ from scipy.special import comb as ncomb
 from privfair_cli import plots
 from privfair_cli.errors import ConfigError, DataError
 from privfair_cli.privacy.mechanisms import exponential, laplace
-from privfair_cli.registry import Plugin, register
+from privfair_cli.registry import Plugin, option, register
 from privfair_cli.typed import bounds
 
 from .citests import FisherZ, GSquare, NoisyTableGSquare, distance_scores
@@ -429,6 +429,12 @@ class PC(PCFamily):
     guarantee = "none"
     Config = PCConfig
 
+    @classmethod
+    def requirements(cls, cfg=None):
+        """G^2 / chi^2 read the discrete view; Fisher z (and `auto`) either view (`numeric_view`)."""
+        discrete = option(cfg, "ci_test", "auto") in ("g2", "chi2")
+        return ("discrete" if discrete else "discrete|numeric", "graph_reference")
+
     def ci_test(self, data, budget, ledger, rng):
         test = self.cfg.ci_test
         if test == "auto":
@@ -505,6 +511,7 @@ class LapMech(LaplaceRelease):
     """`lapmech`: Laplace(1/eps) on every cell of the full contingency table, then PC on its marginals."""
 
     name = "lapmech"
+    needs = ("discrete", "graph_reference")
     Config = LapMechConfig
 
     def ci_test(self, data, budget, ledger, rng):
@@ -545,6 +552,7 @@ class PrivPC(PCFamily):
     spec's budget schedule."""
 
     name = "privpc"
+    needs = ("discrete", "graph_reference")
     mechanisms = ("exponential",)
     guarantee = "heuristic"
     Config = PrivPCConfig

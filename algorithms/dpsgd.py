@@ -85,7 +85,7 @@ from privfair_cli.algorithms.dpsgd_trainer import (
     train,
 )
 from privfair_cli.errors import ConfigError
-from privfair_cli.registry import Plugin, register
+from privfair_cli.registry import Plugin, option, register
 from privfair_cli.typed import bounds
 
 SPEC_DEFAULTS = {  # spec §3, by model: what `auto` means
@@ -242,12 +242,17 @@ class XuSGD(Plugin):
     trained model (and the sgd reference), evaluation beyond the classifier default, history and diagnostics."""
 
     kind = "classifier"
+    needs = ("label", "features")
     cuda = True
     needs_delta = True
     accountant = "rdp"
     guarantee = "(eps,delta)-DP"
     Config = XuSGDConfig
     algorithm: ClassVar[str]
+
+    @classmethod
+    def requirements(cls, cfg=None):
+        return cls.needs + (("sensitive",) if option(cfg, "group", "auto") == "sensitive" else ())
 
     def fit(self, data, budget, ledger, rng, device="cpu"):
         self.device = device

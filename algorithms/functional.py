@@ -361,6 +361,10 @@ class LinearClassifier(Plugin):
     kind = "classifier"
     needs_sensitive = True
 
+    @classmethod
+    def requirements(cls, cfg=None):
+        return ("binary_label", "features") + (("sensitive",) if cls.needs_sensitive else ())
+
     def __init__(self, cfg=None, mechanism=None):
         super().__init__(cfg, mechanism)
         self.info: dict[str, float] = {}

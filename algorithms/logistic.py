@@ -61,6 +61,7 @@ class LogisticRegression(Plugin):
     kind = "classifier"
     private = False
     Config = LRConfig
+    needs = ("binary_label", "features")
 
     def fit(self, data, budget, ledger, rng, device="cpu"):
         self.w = fit_logistic(data.X, data.y, l2=self.cfg.l2, intercept=self.cfg.intercept)

@@ -333,6 +333,7 @@ class MarginalTreeRelease(Plugin):
     `evaluate.generator` (release metrics, downstream classifiers from `downstream.py`)."""
 
     kind = "generator"
+    needs = ("discrete", "roles", "sensitive", "binary_label")  # the downstream metrics read y and s
     mechanisms = ("gaussian", "exponential")
     needs_delta = True
     default_delta = DEFAULT_DELTA

@@ -1,17 +1,23 @@
 """Dataset loading: file resolution, checksums, parse caching, and the card-driven encoding.
 
-A dataset is described by its card (`configs/data/<name>.yaml`). File-based cards name a `loader` module in
-this package whose `read(paths, card) -> pandas.DataFrame` parses the raw files; synthetic cards name a module
-whose `generate(card, rng) -> Table` draws the data. `load(card)` returns a `Table`:
+A dataset is described by its card (`configs/data/<name>.yaml`). A tabular dataset needs nothing else: the
+generic loader (`tabular.py`) reads its CSV or ARFF files as the card's `format:` block says. A card names a
+`loader` module in this package only for unusual formats: the module's `read(paths, card) -> DataFrame` (and/or
+`encode(raw, card) -> Table`) replaces the generic one; synthetic cards name a module whose
+`generate(card, rng) -> Table` draws the data. `load(card)` returns a `Table`:
 
 - `X`, `y`, `s`: the classifier view (features encoded into [0, 1] using the card's *declared* bounds, so that
   sensitivities never depend on the private data), label, binary sensitive attribute (1 = `privileged`);
 - `frame`, `domain`, `roles`: the discrete view (integer codes per attribute) used by generators and graph
-  learners, built from the card's `discrete:` section when it has one.
+  learners: the card's `discrete:` section, or derived from its declared `features` (`discrete_spec`);
+- `meta["row_id"]`: each row's position in the table as loaded (kept through subsampling and splitting).
 
 Files are looked up in `$PRIVFAIR_DATA_DIR/<subdir>/`, then `~/.cache/privfair/data/<subdir>/`, then downloaded
-from the card's `url` (sha256-verified). Parsed tables are cached under `~/.cache/privfair/parsed/` (or
-`$PRIVFAIR_CACHE_DIR`), keyed by the card and the files' size and mtime.
+from the card's `url`. Every file's sha256 is checked against the card on every load (unless `verify: false`);
+the digest is computed once per file per process (remembered by path, size, mtime and inode, in memory only).
+Parsed tables are cached under `~/.cache/privfair/parsed/` (or `$PRIVFAIR_CACHE_DIR`), keyed by the card's
+parsing keys, the files' sha256 digests and the source of this package, so a `verify: false` run over a changed
+file never serves a default run, and an edited loader never reads a stale parse.
 """
 
 from __future__ import annotations
@@ -31,7 +37,10 @@ import pandas as pd
 
 from privfair_cli.errors import DataError
 
-CACHE_VERSION = 1
+CACHE_VERSION = 2
+DEFAULT_LOADER = "tabular"
+MAX_CODES = 100  # derived discrete view: a wider numeric range is cut into this many equal-width bins
+MIN_ROWS = 30  # fewer train or test rows than this: the run says its metrics are not meaningful
 
 
 @dataclass
@@ -69,6 +78,10 @@ class Table:
         )
 
 
+def loader_module(card: dict):
+    return importlib.import_module(f"privfair_cli.datasets.{card.get('loader') or DEFAULT_LOADER}")
+
+
 # ---------------------------------------------------------------------------------------------- files
 def cache_root() -> Path:
     return Path(os.environ.get("PRIVFAIR_CACHE_DIR") or Path.home() / ".cache" / "privfair")
@@ -80,6 +93,18 @@ def _sha256(path: Path) -> str:
         for chunk in iter(lambda: f.read(1 << 20), b""):
             h.update(chunk)
     return h.hexdigest()
+
+
+_DIGESTS: dict[tuple, str] = {}
+
+
+def file_digest(path: Path) -> str:
+    """sha256 of a file, computed once per process for a given (path, size, mtime, inode)."""
+    st = Path(path).stat()
+    key = (str(Path(path).resolve()), st.st_size, st.st_mtime_ns, st.st_ino)
+    if key not in _DIGESTS:
+        _DIGESTS[key] = _sha256(Path(path))
+    return _DIGESTS[key]
 
 
 def resolve_files(card: dict) -> list[Path]:
@@ -125,68 +150,135 @@ def _download(url: str, dest: Path, sha256: str | None) -> Path | None:
     return dest
 
 
-def verify(card: dict, paths: list[Path]) -> None:
-    """Check every file's sha256 against the card; a mismatch is an error unless `verify: false`."""
+def hint(card: dict, key: str, value) -> str:
+    """The override that sets the card key `key`, as a user types it: `data.key=value`, or `+data.key=value`
+    when the composed card does not hold the key (Hydra refuses to override a key that does not exist)."""
+    text = str(value).lower() if isinstance(value, bool) else value
+    return f"{'' if key in card else '+'}data.{key}={text}"
+
+
+def verify(card: dict, paths: list[Path]) -> list[str]:
+    """The files' sha256 digests; a mismatch with the card is an error unless `verify: false`."""
+    digests = [file_digest(p) for p in paths]
     if card.get("verify", True) is False:
-        return
-    for (fname, spec), path in zip((card.get("files") or {}).items(), paths, strict=True):
+        return digests
+    for (fname, spec), path, got in zip((card.get("files") or {}).items(), paths, digests, strict=True):
         want = (spec or {}).get("sha256")
-        if want and _sha256(path) != want:
+        if want and got != want:
             raise DataError(
                 f"{path}: sha256 differs from the dataset card's (a different or truncated copy of {fname}); "
-                f"replace the file or set data.verify=false"
+                f"replace the file or set {hint(card, 'verify', False)}"
             )
+    return digests
 
 
 # ---------------------------------------------------------------------------------------------- parsing
-def read_csv_strict(path: Path, expected_cols: int | None = None, **kw) -> pd.DataFrame:
-    """pandas.read_csv that names the file and line of any malformed row instead of padding it with NaN."""
+def read_csv_strict(path, expected_cols: int | None = None, name: str | None = None, line_offset: int = 0,
+                    **kw) -> pd.DataFrame:
+    """pandas.read_csv that names the file and line of any malformed row instead of padding it with NaN.
+    `path` may be a buffer; `name` then names it in messages and `line_offset` counts the lines before it."""
+    name = name or str(path)
     try:
         df = pd.read_csv(path, on_bad_lines="error", **kw)
     except (pd.errors.ParserError, UnicodeDecodeError, ValueError) as err:
-        raise DataError(f"{path}: malformed file ({str(err).strip().splitlines()[-1]})") from None
+        raise DataError(f"{name}: malformed file ({str(err).strip().splitlines()[-1]})") from None
     if expected_cols is not None and df.shape[1] != expected_cols:
-        raise DataError(f"{path}: expected {expected_cols} columns, found {df.shape[1]}")
-    short = df.isna().all(axis=1) | df.iloc[:, -1].isna()
+        raise DataError(f"{name}: expected {expected_cols} columns, found {df.shape[1]}")
+    last = df.iloc[:, -1]
+    short = df.isna().all(axis=1) | last.isna() | (last == "")  # a short row is padded with NaN, or "" without NA
     if short.any():
         skip = kw.get("skiprows", 0) if isinstance(kw.get("skiprows", 0), int) else 0
         header = 0 if kw.get("header", "infer") is None else 1
-        line = int(np.flatnonzero(short.to_numpy())[0]) + 1 + skip + header
-        raise DataError(f"{path}: line {line} is incomplete (truncated or missing fields)")
+        line = int(np.flatnonzero(short.to_numpy())[0]) + 1 + skip + header + line_offset
+        raise DataError(f"{name}: line {line} is incomplete (truncated or missing fields)")
     return df
 
 
-RUN_KEYS = ("n", "test_size", "expected_d", "allow_d_mismatch", "verify")  # card keys that do not change the parse
+# card keys that do not change the parse (the `defaults` list only names where the others came from)
+RUN_KEYS = ("n", "test_size", "expected_d", "allow_d_mismatch", "verify", "rows", "defaults")
 
 
-def _cache_key(card: dict, paths: list[Path]) -> str:
-    stats = [(str(p), p.stat().st_size, p.stat().st_mtime_ns) for p in paths]
+def _source_digest() -> str:
+    """sha256 of this package's source: a changed loader or encoding never reads an old parse."""
+    if "source" not in _DIGESTS:
+        h = hashlib.sha256()
+        for path in sorted(Path(__file__).parent.glob("*.py")):
+            h.update(path.name.encode() + path.read_bytes())
+        _DIGESTS["source"] = h.hexdigest()
+    return _DIGESTS["source"]
+
+
+def _cache_key(card: dict, digests: list[str]) -> str:
     parse = {k: v for k, v in card.items() if k not in RUN_KEYS}
-    blob = json.dumps([CACHE_VERSION, parse, stats], sort_keys=True, default=str)
+    blob = json.dumps([CACHE_VERSION, _source_digest(), parse, digests], sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:24]
 
 
 def load(card: dict, rng: np.random.Generator | None = None) -> Table:
     """The dataset a card describes: generated (synthetic cards) or read, encoded and cached."""
-    module = importlib.import_module(f"privfair_cli.datasets.{card['loader']}")
+    module = loader_module(card)
     if hasattr(module, "generate"):
-        return module.generate(card, rng if rng is not None else np.random.default_rng(card.get("data_seed", 0)))
+        table = module.generate(card, rng if rng is not None else np.random.default_rng(card.get("data_seed", 0)))
+        return _with_row_ids(table)
     paths = resolve_files(card)
-    cache = cache_root() / "parsed" / f"{card['name']}-{_cache_key(card, paths)}.pkl"
-    if cache.is_file():
-        try:
-            with open(cache, "rb") as f:
-                return pickle.load(f)
-        except Exception:  # a stale or partial cache is rebuilt, never trusted
-            cache.unlink(missing_ok=True)
-    verify(card, paths)
-    raw = module.read(paths, card)
-    table = getattr(module, "encode", encode)(raw, card)
-    cache.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.NamedTemporaryFile(dir=cache.parent, delete=False) as tmp:
-        pickle.dump(table, tmp, protocol=pickle.HIGHEST_PROTOCOL)
-    os.replace(tmp.name, cache)
+    digests = verify(card, paths)
+    cache = cache_root() / "parsed" / f"{card['name']}-{_cache_key(card, digests)}.pkl"
+    table = _read_cache(cache)
+    if table is None:
+        from privfair_cli.datasets import tabular
+
+        raw = getattr(module, "read", tabular.read)(paths, card)
+        table = _with_row_ids(getattr(module, "encode", encode)(raw, card))
+        _write_cache(cache, table)
+    check_rows(table, card)
+    check_groups(table, card)
     return table
+
+
+def _read_cache(path: Path) -> Table | None:
+    if not path.is_file():
+        return None
+    try:
+        with open(path, "rb") as f:
+            return pickle.load(f)
+    except Exception:  # a stale or partial cache is rebuilt, never trusted
+        path.unlink(missing_ok=True)
+        return None
+
+
+def _write_cache(path: Path, table: Table) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.NamedTemporaryFile(dir=path.parent, delete=False) as tmp:
+        pickle.dump(table, tmp, protocol=pickle.HIGHEST_PROTOCOL)
+    os.replace(tmp.name, path)
+
+
+def _with_row_ids(table: Table) -> Table:
+    if "row_id" not in table.meta:
+        table.meta["row_id"] = np.arange(len(table))
+    return table
+
+
+def check_rows(table: Table, card: dict) -> None:
+    """The card's `rows`: the row count its parse must give (a different copy or filter is an error)."""
+    expected = card.get("rows")
+    if expected and len(table) != expected:
+        raise DataError(f"dataset {card['name']!r}: {len(table)} rows after parsing, the card expects {expected} "
+                        f"(`rows`; a different copy of the files, or a changed filter)")
+
+
+def check_groups(table: Table, card: dict) -> None:
+    """Both sensitive groups must occur: a `privileged` value that matches no row (or every row) leaves the
+    fairness metrics undefined."""
+    if table.s is None or not len(table):
+        return
+    share = float(np.mean(table.s))
+    if share in (0.0, 1.0):
+        values = table.meta.get("sensitive_values")
+        seen = f" (its values: {', '.join(map(str, values))})" if values is not None else ""
+        raise DataError(f"data.privileged={card.get('privileged')!r} matches {'no' if share == 0 else 'every'} row "
+                        f"of {card.get('sensitive')}{seen}: one sensitive group would be empty and every fairness "
+                        f"metric undefined")
 
 
 # ---------------------------------------------------------------------------------------------- encoding
@@ -196,6 +288,10 @@ def _require(df: pd.DataFrame, cols, card: dict, what: str) -> None:
         raise DataError(
             f"dataset {card['name']!r}: {what} column(s) {missing} not in the data; columns: {list(df.columns)}"
         )
+
+
+def _strings(col: pd.Series) -> pd.Series:
+    return col.astype(str).str.strip()
 
 
 def encode(df: pd.DataFrame, card: dict) -> Table:
@@ -209,10 +305,12 @@ def encode(df: pd.DataFrame, card: dict) -> Table:
     label, sens = card["label"], card.get("sensitive")
     _require(df, [label] + ([sens] if sens else []), card, "label/sensitive")
     df = df.reset_index(drop=True)
-    y = df[label].astype(str).str.strip().isin([str(v) for v in card["positive"]]).to_numpy(np.int64)
-    s = None
+    y = _strings(df[label]).isin([str(v) for v in card["positive"]]).to_numpy(np.int64)
+    s, meta = None, {}
     if sens:
-        s = (df[sens].astype(str).str.strip() == str(card["privileged"])).to_numpy(np.int64)
+        values = _strings(df[sens])
+        s = (values == str(card["privileged"])).to_numpy(np.int64)
+        meta["sensitive_values"] = sorted(values.unique())
     feats = card.get("features") or {}
     cols, names = [], []
     numeric = feats.get("numeric") or {}
@@ -225,30 +323,68 @@ def encode(df: pd.DataFrame, card: dict) -> Table:
     _require(df, onehot, card, "one-hot feature")
     levels_cfg = feats.get("levels") or {}
     for col in onehot:
-        values = df[col].astype(str).str.strip()
-        levels = [str(v) for v in levels_cfg.get(col, sorted(values.unique()))]
+        values = _strings(df[col])
+        levels = [str(v) for v in levels_cfg.get(col, _sorted_levels(df[col]))]
         cols.append((values.to_numpy()[:, None] == np.asarray(levels)[None, :]).astype(float))
         names += [f"{col}={lv}" for lv in levels]
     binary = feats.get("binary") or {}
     _require(df, list(binary), card, "binary feature")
     for col, value in binary.items():
-        cols.append((df[col].astype(str).str.strip() == str(value)).to_numpy(float)[:, None])
+        cols.append((_strings(df[col]) == str(value)).to_numpy(float)[:, None])
         names.append(f"{col}={value}")
     X = np.hstack(cols) if cols else np.zeros((len(df), 0))
     frame, domain = discretise(df, card)
-    meta = {}
     if "split_column" in card:
         meta["row_is_test"] = df[card["split_column"]].to_numpy(bool)
     return Table(card["name"], X, y, s, names, frame, domain, dict(card.get("roles") or {}), meta)
 
 
+def _sorted_levels(col: pd.Series) -> list[str]:
+    """The observed levels as strings, in numeric order for a numeric column, else in string order."""
+    if pd.api.types.is_numeric_dtype(col):
+        return [str(v) for v in sorted(col.dropna().unique())]
+    return sorted(_strings(col).unique())
+
+
+def bin_edges(lo: float, hi: float, max_codes: int = MAX_CODES) -> list[float]:
+    """Edges of the derived discrete view of a numeric feature with declared bounds [lo, hi]: one code per
+    integer when the bounds are integers at most `max_codes` values apart, else `max_codes` equal-width bins."""
+    if float(lo).is_integer() and float(hi).is_integer() and hi - lo + 1 <= max_codes:
+        return [float(v) for v in np.arange(lo, hi + 2)]
+    return [float(v) for v in np.linspace(lo, hi, max_codes + 1)]
+
+
+def discrete_spec(card: dict) -> dict:
+    """The card's discrete view: its `discrete:` section, or, for a card with declared `features` and no such
+    section, one derived from them (prefair.md §8: every attribute integer-coded): each numeric feature cut by
+    `bin_edges` of its declared bounds (`discrete_max_codes`, default 100), each one-hot feature by its levels,
+    each binary feature into {other, value}, the sensitive column by its levels and the label into
+    {other, positive} (code 1 = the card's positive label, as the fairness metrics read it)."""
+    if card.get("discrete"):
+        return dict(card["discrete"])
+    feats = card.get("features") or {}
+    if not feats or card.get("discrete") is False:
+        return {}
+    max_codes = int(card.get("discrete_max_codes") or MAX_CODES)
+    spec: dict = {col: {"bins": bin_edges(lo, hi, max_codes)} for col, (lo, hi) in (feats.get("numeric") or {}).items()}
+    levels = feats.get("levels") or {}
+    spec |= {col: ({"levels": list(levels[col])} if col in levels else {}) for col in feats.get("onehot") or []}
+    spec |= {col: {"one_of": [value]} for col, value in (feats.get("binary") or {}).items()}
+    if card.get("sensitive"):
+        spec[card["sensitive"]] = {}
+    if card.get("label") and card.get("positive") is not None:
+        spec[card["label"]] = {"one_of": list(card["positive"])}
+    return spec
+
+
 def discretise(df: pd.DataFrame, card: dict) -> tuple[pd.DataFrame | None, dict[str, int]]:
-    """The discrete view from the card's `discrete:` section: `{col: {bins: [edges]} | {map: {...}} | {}}`.
+    """The discrete view `discrete_spec(card)`: `{col: {bins: [edges]} | {map: {...}} | {one_of: [...]} | {}}`.
 
     `bins`: numeric column cut at the declared edges (right-open, values outside the edges clipped into the
-    first/last bin); `map`: raw value -> category name; empty: the column's levels as they are. Codes are
-    0..k-1 in the order of `levels` (declared or sorted observed)."""
-    spec = card.get("discrete")
+    first/last bin); `map`: raw value -> category name; `one_of`: code 1 for the listed values, 0 otherwise;
+    empty: the column's levels as they are. Codes are 0..k-1 in the order of `levels` (declared, or the sorted
+    observed levels: numeric order for a numeric column)."""
+    spec = discrete_spec(card)
     if not spec:
         return None, {}
     _require(df, list(spec), card, "discrete")
@@ -260,23 +396,32 @@ def discretise(df: pd.DataFrame, card: dict) -> tuple[pd.DataFrame | None, dict[
             x = pd.to_numeric(df[col], errors="raise").to_numpy(float)
             codes = np.clip(np.searchsorted(edges, x, side="right") - 1, 0, len(edges) - 2)
             k = len(edges) - 1
+        elif "one_of" in how:
+            codes = _strings(df[col]).isin([str(v) for v in how["one_of"]]).to_numpy(np.int64)
+            k = 2
         else:
-            values = df[col].astype(str).str.strip()
-            if "map" in how:
-                values = values.map({str(a): str(b) for a, b in how["map"].items()}).fillna(values)
-            levels = [str(v) for v in how.get("levels", sorted(values.unique()))]
-            lookup = {v: i for i, v in enumerate(levels)}
-            codes = values.map(lookup)
-            if codes.isna().any():
-                bad = values[codes.isna()].iloc[0]
-                raise DataError(f"dataset {card['name']!r}: column {col} has value {bad!r} outside levels {levels}")
-            codes = codes.to_numpy(np.int64)
-            k = len(levels)
+            codes, k = _level_codes(df[col], how, col, card)
         out[col] = codes.astype(np.int64)
         domain[col] = int(k)
     return pd.DataFrame(out), domain
 
 
+def _level_codes(column: pd.Series, how: dict, col: str, card: dict) -> tuple[np.ndarray, int]:
+    values = _strings(column)
+    if "map" in how:
+        values = values.map({str(a): str(b) for a, b in how["map"].items()}).fillna(values)
+        observed = sorted(values.unique())
+    else:
+        observed = _sorted_levels(column)
+    levels = [str(v) for v in how.get("levels", observed)]
+    codes = values.map({v: i for i, v in enumerate(levels)})
+    if codes.isna().any():
+        bad = values[codes.isna()].iloc[0]
+        raise DataError(f"dataset {card['name']!r}: column {col} has value {bad!r} outside levels {levels}")
+    return codes.to_numpy(np.int64), len(levels)
+
+
+# ---------------------------------------------------------------------------------------------- splitting
 def split(table: Table, test_size: float, rng: np.random.Generator) -> tuple[Table, Table]:
     """Train/test split: the card's predefined split when it has one, else a seeded random permutation."""
     if "row_is_test" in table.meta:
@@ -287,3 +432,22 @@ def split(table: Table, test_size: float, rng: np.random.Generator) -> tuple[Tab
     perm = rng.permutation(len(table))
     n_test = int(round(test_size * len(table)))
     return table.subset(np.sort(perm[n_test:])), table.subset(np.sort(perm[:n_test]))
+
+
+def split_warnings(train: Table, test: Table, kind: str) -> list[str]:
+    """Why a run's numbers may mean nothing, for its result's `warnings` (issue 11 item 13): the test rows
+    are the training rows, too few rows to measure anything, a sensitive group without test rows.
+    Graph learners are scored against a reference graph, embeddings on splits of their own, not on test rows."""
+    if kind in ("graph", "embedding"):
+        return []
+    out = []
+    if test is train:
+        out.append("data.test_size=0: the metrics are measured on the training rows, not on held-out data")
+    if min(len(train), len(test)) < MIN_ROWS:
+        out.append(f"only {len(train)} training and {len(test)} test rows (fewer than {MIN_ROWS}): the metrics "
+                   f"are dominated by sampling error")
+    if test.s is not None and len(test):
+        for g in (0, 1):
+            if not np.any(test.s == g):
+                out.append(f"no test row has s={g}: the fairness metrics comparing the groups are undefined")
+    return out

@@ -38,6 +38,7 @@ from privfair_cli.datasets import Table
 from privfair_cli.errors import DataError
 
 TASKS = ("vertex_classification", "link_prediction")
+VIEWS = ("network",)  # what a graph card provides (schema.card_views); the card's `label` adds the vertex classes
 
 
 @dataclass

@@ -15,6 +15,7 @@ from privfair_cli.datasets import Table
 from privfair_cli.errors import DataError
 
 _MAGIC = {2049: 1, 2051: 3}  # idx1 (labels), idx3 (images)
+VIEWS = ("features", "numeric")  # pixels scaled by their declared range 0..255 (the card gives the label)
 
 
 def read_idx(path) -> np.ndarray:

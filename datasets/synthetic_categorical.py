@@ -23,6 +23,7 @@ from privfair_cli.errors import ConfigError, DataError
 
 from . import Table
 
+VIEWS = ("discrete", "graph_reference")  # integer codes per node; the generating DAG is the reference
 MAX_REDRAWS = 1000  # beyond this (large p) the cap is given up: the table is too big for lapmech anyway
 
 

@@ -15,6 +15,8 @@ from privfair_cli.errors import DataError
 
 from . import Table
 
+VIEWS = ("numeric", "graph_reference")  # unbounded real columns; the generating DAG is the reference
+
 
 def random_dag(p: int, s: float, rng: np.random.Generator, lo: float = 0.1, hi: float = 1.0) -> np.ndarray:
     """Weighted adjacency W (p x p, upper triangular): W[i, j] != 0 for the edge i -> j."""

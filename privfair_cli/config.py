@@ -18,3 +18,32 @@ def config_dir() -> Path:
 
 def group_options(group: str) -> list[str]:
     return sorted(p.stem for p in (config_dir() / group).glob("*.yaml"))
+
+
+
+def load_card(name: str) -> dict:
+    """The dataset card `data=<name>` as a run composes it, without Hydra: the keys every card holds
+    (`data_defaults/default.yaml`), then the card with the cards its `defaults` list names."""
+    from omegaconf import OmegaConf
+
+    base = config_dir() / "data_defaults" / "default.yaml"
+    parts = [OmegaConf.load(base)] if base.is_file() else []
+    return OmegaConf.to_container(OmegaConf.merge(*parts, load_node("data", name)), resolve=True)
+
+
+def load_node(group: str, name: str):
+    """`configs/<group>/<name>.yaml` merged over the options of the same group its `defaults` list names (the
+    composition Hydra does for a group option), without Hydra."""
+    from omegaconf import OmegaConf, open_dict
+
+    from privfair_cli.errors import ConfigError
+
+    path = config_dir() / group / f"{name}.yaml"
+    if not path.is_file():
+        raise ConfigError(f"{group}={name!r} is unknown; allowed: {', '.join(group_options(group))}")
+    node = OmegaConf.load(path)
+    with open_dict(node):
+        entries = list(node.pop("defaults", None) or ["_self_"])
+    if "_self_" not in entries:
+        entries.append("_self_")
+    return OmegaConf.merge(*(node if e == "_self_" else load_node(group, str(e)) for e in entries))

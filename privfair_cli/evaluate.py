@@ -7,6 +7,13 @@ graph (`meta["true_adjacency"]`) or, for data without one (Adult), against the p
 graph (`reference_graph(data)`, PC on the same data, §4.6.3). The reference is cached on disk under
 `<cache>/reference/` (the data cache's root, `$PRIVFAIR_CACHE_DIR` or `~/.cache/privfair`), keyed by the
 data's content and the plugin's `reference_settings()`, so it is computed once per dataset and setting.
+
+Classifier runs also save their test-set predictions (`save_predictions`, on by default; issue 12 item 8) as
+`artifacts/predictions.parquet` when pyarrow is installed, else `artifacts/predictions.csv`: one row per test
+row with `row_id` (its position in the dataset as loaded), `label`, `group` (the sensitive attribute s, empty
+without one), `score` (the predicted probability of the label 1, or of the predicted class for more than two
+classes; empty for a plugin without `predict_proba`) and `prediction`, so that any metric can be recomputed
+later (fairlearn, AIF360).
 """
 
 from __future__ import annotations
@@ -16,6 +23,7 @@ import json
 import os
 import tempfile
 import time
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -137,3 +145,47 @@ def embedding(plugin, train, test, rng: np.random.Generator) -> dict[str, float]
 
 
 EVALUATORS = {"classifier": classifier, "generator": generator, "graph": graph, "embedding": embedding}
+
+
+def predictions(plugin, test) -> pd.DataFrame:
+    """The classifier's test-set predictions, one row per test row."""
+    pred = np.asarray(plugin.predict(test.X))
+    score = np.full(len(pred), np.nan)
+    if hasattr(plugin, "predict_proba"):
+        proba = np.asarray(plugin.predict_proba(test.X), dtype=float)
+        score = proba if proba.ndim == 1 else proba[np.arange(len(pred)), pred.astype(int)]
+    return pd.DataFrame({
+        "row_id": test.meta.get("row_id", np.arange(len(pred))),
+        "label": np.asarray(test.y),
+        "group": pd.array(test.s, dtype="Int64") if test.s is not None else pd.array([pd.NA] * len(pred), "Int64"),
+        "score": score,
+        "prediction": pred,
+    })
+
+
+def save_predictions(frame: pd.DataFrame, artifacts: Path) -> Path:
+    """`predictions.parquet` (pyarrow installed) or `.csv` in the run's artifacts folder, written atomically."""
+    try:
+        import pyarrow  # noqa: F401
+
+        suffix = "parquet"
+    except ImportError:
+        suffix = "csv"
+    path = Path(artifacts) / f"predictions.{suffix}"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.NamedTemporaryFile(dir=path.parent, delete=False, prefix=f".{path.name}.") as tmp:
+        tmp.close()
+        if suffix == "parquet":
+            frame.to_parquet(tmp.name, index=False)
+        else:
+            frame.to_csv(tmp.name, index=False)
+    os.replace(tmp.name, path)
+    return path
+
+
+def read_predictions(run_dir: Path) -> pd.DataFrame:
+    """A run's saved predictions, whichever format they were written in."""
+    folder = Path(run_dir) / "artifacts"
+    if (folder / "predictions.parquet").is_file():
+        return pd.read_parquet(folder / "predictions.parquet")
+    return pd.read_csv(folder / "predictions.csv")

@@ -175,22 +175,36 @@ def _print_record(record: dict, run_dir: Path) -> None:
 
 # ------------------------------------------------------------------------------------------ list / report
 def cmd_list(_args) -> int:
+    """Algorithms (with the dataset views each needs), datasets (the views each card provides and the algorithms
+    that can run on it), the other config groups."""
     from rich.console import Console
     from rich.table import Table
 
-    from privfair_cli import registry
+    from privfair_cli import registry, schema
+    from privfair_cli.config import load_card
 
     console = Console(width=max(Console().width, 110))
     plugins = registry.load_plugins()
     t = Table(title="algorithms (algo=)")
-    for col in ("name", "task kind", "mechanisms", "needs delta", "CUDA", "module"):
+    for col in ("name", "task kind", "needs (dataset views)", "mechanisms", "needs delta", "CUDA", "module"):
         t.add_column(col)
     for name in sorted(plugins):
         i = registry.info(plugins[name])
-        t.add_row(i.name, i.kind, ", ".join(i.mechanisms) or "none (non-private)",
-                  "yes" if i.needs_delta else "no", "yes" if i.cuda else "no", i.module)
+        t.add_row(i.name, i.kind, ", ".join(n.replace("|", " or ") for n in i.needs),
+                  ", ".join(i.mechanisms) or "none (non-private)", "yes" if i.needs_delta else "no",
+                  "yes" if i.cuda else "no", i.module)
     console.print(t)
-    for group in ("data", "mechanism", "budget", "experiment"):
+    d = Table(title="datasets (data=): the views each card provides, and the algorithms that can run on it")
+    for col in ("name", "provides", "runs"):
+        d.add_column(col)
+    for name in group_options("data"):
+        views = schema.card_views(load_card(name))
+        runs = [a for a in sorted(plugins) if not schema.missing_views(plugins[a].requirements(), views)]
+        d.add_row(name, ", ".join(sorted(views)), ", ".join(runs) or "-")
+    console.print(d)
+    console.print("[bold]views:[/bold] " + "; ".join(f"{v}: {what} (card key {key})"
+                                                     for v, (what, key) in registry.VIEWS.items()))
+    for group in ("mechanism", "budget", "experiment"):
         console.print(f"[bold]{group}=[/bold] " + ", ".join(group_options(group)))
     return 0
 

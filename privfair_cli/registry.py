@@ -18,6 +18,31 @@ ALGORITHM_MODULES = ("logistic", "functional", "prefair", "causal", "dpne", "dps
 
 GUARANTEES = ("eps-DP", "(eps,delta)-DP", "zCDP", "heuristic", "none")
 
+# What a plugin may need from a dataset (its `needs`), and the card keys that provide each (schema.card_views
+# derives a card's views from its keys without reading data; the run refuses a pair before loading anything).
+VIEWS = {
+    "label": ("a label column", "`label`"),
+    "binary_label": ("a binary label", "`positive`: the label values coded 1"),
+    "sensitive": ("a binary sensitive attribute", "`sensitive` and `privileged`"),
+    "features": ("a classifier view scaled into [0, 1] by declared bounds",
+                 "`features`: numeric bounds, onehot and binary columns"),
+    "numeric": ("numeric columns", "`features`"),
+    "discrete": ("a discrete view (integer codes over a declared domain)",
+                 "`discrete`, or `features` to derive it from"),
+    "roles": ("fairness roles", "`roles`: protected, admissible, outcome"),
+    "graph_reference": ("a reference graph",
+                        "`graph_reference: pc` (non-private PC on the same rows), or a loader that draws the DAG"),
+    "network": ("a network (vertices, edges)", "`loader: graphs` with `edges` and `labels` files"),
+}
+# A plugin that declares no `needs` gets its kind's.
+KIND_NEEDS = {"classifier": ("label", "features"), "generator": ("discrete",),
+              "graph": ("discrete|numeric", "graph_reference"), "embedding": ("network",)}
+
+
+def option(cfg: Any, key: str, default: Any = None) -> Any:
+    """`key` of a plugin config, whether a typed Config or a params dict (for `requirements`)."""
+    return cfg.get(key, default) if isinstance(cfg, dict) else getattr(cfg, key, default)
+
 
 class Plugin:
     """Base class of every algorithm plugin.
@@ -37,6 +62,8 @@ class Plugin:
     (evaluate.py), e.g. to add the metrics its family's spec asks for.
     `artifacts(folder)` may write small files (weights, graphs, curves) into the folder it is given: the run's
     `artifacts/`, swapped into the run folder with the rest of the result.
+    `needs` names the dataset views (VIEWS) the plugin reads, `a|b` for either; `requirements(cfg)` may refine
+    them for a configured instance. The run checks them against the card before any data is read.
     """
 
     name: ClassVar[str]
@@ -49,6 +76,7 @@ class Plugin:
     default_delta: ClassVar[float] = 0.0  # delta used when the run leaves delta=0 (e.g. 1e-9 for MST-style zCDP)
     guarantee: ClassVar[str] = "eps-DP"
     Config: ClassVar[type | None] = None  # None: a plugin not yet converted to a typed config (takes **params)
+    needs: ClassVar[tuple[str, ...]] = ()  # dataset views (VIEWS; "a|b" = either); () = KIND_NEEDS[kind]
 
     def __init__(self, cfg: Any = None, mechanism: dict | None = None, **params: Any):
         if self.Config is None:
@@ -58,6 +86,11 @@ class Plugin:
                 raise TypeError(f"{self.name}: pass a {self.Config.__name__}, not keyword parameters")
             self.cfg = cfg if cfg is not None else self.Config()
         self.mechanism = dict(mechanism or {})
+
+    @classmethod
+    def requirements(cls, cfg: Any = None) -> tuple[str, ...]:
+        """The views a configured instance needs (`cfg`: its typed Config, or the params dict)."""
+        return cls.needs or KIND_NEEDS[cls.kind]
 
     def claims(self) -> str:
         """The guarantee this configured instance gives (one of GUARANTEES)."""
@@ -90,6 +123,7 @@ class PluginInfo:
     cuda: bool
     private: bool
     module: str
+    needs: tuple[str, ...]
 
 
 ALGORITHMS: dict[str, type[Plugin]] = {}
@@ -98,6 +132,9 @@ ALGORITHMS: dict[str, type[Plugin]] = {}
 def register(cls: type[Plugin]) -> type[Plugin]:
     if cls.kind not in TASK_KINDS:
         raise ValueError(f"plugin {cls.name}: kind must be one of {TASK_KINDS}")
+    unknown = [v for need in cls.needs for v in need.split("|") if v not in VIEWS]
+    if unknown:
+        raise ValueError(f"plugin {cls.name}: needs {unknown}, not dataset views; known: {', '.join(VIEWS)}")
     if cls.name in ALGORITHMS and ALGORITHMS[cls.name] is not cls:
         raise ValueError(f"plugin name {cls.name!r} registered twice")
     ALGORITHMS[cls.name] = cls
@@ -154,4 +191,4 @@ def make(name: str, mechanism: dict | None = None, **overrides: Any) -> Plugin:
 
 def info(cls: type[Plugin]) -> PluginInfo:
     return PluginInfo(cls.name, cls.kind, tuple(cls.mechanisms), cls.needs_delta, cls.cuda, cls.private,
-                      cls.__module__.rsplit(".", 1)[-1])
+                      cls.__module__.rsplit(".", 1)[-1], cls.requirements())

@@ -44,7 +44,7 @@ def load_data(card: schema.DataCard, rng: dict[str, np.random.Generator], log=pr
     if card.expected_d is not None and table.d != card.expected_d:
         msg = f"data={card.name}: d={table.d} features, the spec expects {card.expected_d}"
         if not card.allow_d_mismatch:
-            raise DataError(msg + " (set data.allow_d_mismatch=true to run anyway)")
+            raise DataError(f"{msg} (set {data_lib.hint(card.raw, 'allow_d_mismatch', True)} to run anyway)")
         log(f"warning: {msg}")
     return table
 
@@ -115,6 +115,7 @@ def compute(rc: schema.RunConfig, artifacts: Path, log=print) -> dict:
     timings["load"] = time.perf_counter() - t0
 
     cls = registry.get(rc.algo)
+    data_warnings = data_lib.split_warnings(train, test, cls.kind)  # why the numbers may mean nothing
     device = resolve_device(rc.device, cls.cuda)
     plugin = cls(rc.params, rc.mechanism) if cls.Config is not None else cls(**rc.params, mechanism=rc.mechanism)
     budget = Budget(rc.eps, rc.delta)
@@ -138,6 +139,8 @@ def compute(rc: schema.RunConfig, artifacts: Path, log=print) -> dict:
     timings["evaluate"] = time.perf_counter() - t2
     with results.writing(artifacts):
         plugin.artifacts(artifacts)
+        if cls.kind == "classifier" and rc.save_predictions:
+            evaluate.save_predictions(evaluate.predictions(plugin, test), artifacts)
     timings["total"] = time.perf_counter() - t0
 
     return {
@@ -149,7 +152,7 @@ def compute(rc: schema.RunConfig, artifacts: Path, log=print) -> dict:
         "metrics": {k: float(v) for k, v in metrics.items()},
         "privacy": ledger.to_dict() | {"private": cls.private, "noise": "seeded"},
         "guarantee": plugin.claims(),
-        "warnings": plugin.warnings(),
+        "warnings": data_warnings + plugin.warnings(),
         "timings": timings,
         "env": environment(device) | {"argv": " ".join(sys.argv[1:])},
     }

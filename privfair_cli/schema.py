@@ -1,15 +1,19 @@
 """Typed run configuration. `validate(cfg)` turns the composed Hydra config into these dataclasses or raises
-`ConfigError` with a one-line message naming the bad key and what is allowed. It reads no data."""
+`ConfigError` with a one-line message naming the bad key and what is allowed. It reads no data.
+
+Compatibility (issue 12 items 1, 7): a plugin declares the dataset views it needs (`Plugin.needs` /
+`requirements(cfg)`, vocabulary `registry.VIEWS`); `card_views(card)` derives what a card provides from its keys;
+`check_compatible` refuses a pair that cannot run, naming the card keys to add, before any data is read."""
 
 from __future__ import annotations
 
-import importlib
 import math
 from dataclasses import dataclass, field
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from privfair_cli import datasets as data_lib
 from privfair_cli import registry
 from privfair_cli.errors import ConfigError
 from privfair_cli.typed import typed
@@ -42,6 +46,7 @@ class RunConfig:
     data: DataCard
     mechanism: dict[str, Any]
     budget: dict[str, Any]
+    save_predictions: bool = True
 
 
 def _number(cfg: DictConfig, key: str, kind=float):
@@ -58,34 +63,212 @@ def _number(cfg: DictConfig, key: str, kind=float):
 
 
 def validate_card(card: dict) -> DataCard:
+    """The card's keys, checked without reading data: identity, label and sensitive columns, run keys (`n`,
+    `test_size`, `verify`, ...), the generic loader's `format` / `derive`, and the fairness `roles`."""
     name = card.get("name")
-    if not name or not card.get("loader"):
-        raise ConfigError("data: a dataset card needs `name` and `loader`")
+    if not name:
+        raise ConfigError("data: a dataset card needs `name`")
+    loader = card.get("loader") or data_lib.DEFAULT_LOADER
     try:
-        module = importlib.import_module(f"privfair_cli.datasets.{card['loader']}")
+        module = data_lib.loader_module(card)
     except ModuleNotFoundError:
-        raise ConfigError(f"data.loader={card['loader']!r} for dataset {name!r} is not a loader module") from None
-    synthetic = hasattr(module, "generate")
+        raise ConfigError(f"data.loader={loader!r} for dataset {name!r} is not a loader module") from None
     if hasattr(module, "validate"):  # loader-specific card keys (e.g. graphs.py)
         module.validate(card)
-    if not synthetic:
-        if not card.get("label"):
-            raise ConfigError(f"data.label is missing for dataset {name!r}: name the label column")
-        if "sensitive" not in card:
-            raise ConfigError(
-                f"data.sensitive is missing for dataset {name!r}: name the sensitive column (or null for none)"
-            )
-        if card.get("sensitive") and card.get("privileged") is None:
-            raise ConfigError(f"data.privileged is missing for dataset {name!r}: which value of "
-                              f"{card['sensitive']} is coded s=1")
+    if not hasattr(module, "generate"):
+        _check_columns(card, name)
+    n, test_size = _check_size(card)
+    for key in ("verify", "allow_d_mismatch"):
+        if not isinstance(card.get(key, key == "verify"), bool):
+            raise ConfigError(f"data.{key}={card[key]!r} must be true or false")
+    if card.get("graph_reference") not in (None, "pc"):
+        raise ConfigError(f"data.graph_reference={card['graph_reference']!r}; allowed: pc (non-private PC on the "
+                          f"same rows), or null")
+    _check_format(card)
+    _check_features(card)
+    _check_discrete(card)
+    _check_roles(card)
+    return DataCard(name, loader, card.get("label"), card.get("sensitive"), n, test_size,
+                    card.get("expected_d"), bool(card.get("allow_d_mismatch", False)), card)
+
+
+def _check_columns(card: dict, name: str) -> None:
+    if not card.get("label"):
+        raise ConfigError(f"data.label is missing for dataset {name!r}: name the label column")
+    if "sensitive" not in card:
+        raise ConfigError(
+            f"data.sensitive is missing for dataset {name!r}: name the sensitive column (or null for none)")
+    if card.get("sensitive") and card.get("privileged") is None:
+        raise ConfigError(f"data.privileged is missing for dataset {name!r}: which value of "
+                          f"{card['sensitive']} is coded s=1")
+    levels = (data_lib.discrete_spec(card).get(card.get("sensitive")) or {}).get("levels")
+    if card.get("sensitive") and levels and str(card["privileged"]) not in map(str, levels):
+        raise ConfigError(f"data.privileged={card['privileged']!r} is not a value of {card['sensitive']}; "
+                          f"allowed: {', '.join(map(str, levels))}")
+
+
+def _check_size(card: dict) -> tuple[int | None, float]:
+    """`n` (a positive sample size, or null) and `test_size` in [0, 1), leaving rows on both sides."""
     n = card.get("n")
     if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 0):
-        raise ConfigError(f"data.n={n!r} must be a non-negative integer sample size (or null for all rows)")
+        raise ConfigError(f"data.n={n!r} must be a positive integer sample size (or null for all rows)")
+    if n == 0:
+        raise ConfigError("data.n=0 leaves no rows to learn from; give a positive sample size (or null for all rows)")
     test_size = card.get("test_size", 0.2)
-    if not isinstance(test_size, int | float) or not 0 <= test_size < 1:
+    if isinstance(test_size, bool) or not isinstance(test_size, int | float) or not 0 <= test_size < 1:
         raise ConfigError(f"data.test_size={test_size!r} must be in [0, 1)")
-    return DataCard(name, card["loader"], card.get("label"), card.get("sensitive"), n, float(test_size),
-                    card.get("expected_d"), bool(card.get("allow_d_mismatch", False)), card)
+    if n is not None and test_size > 0 and "row_is_test" not in card:
+        n_test = int(round(test_size * n))
+        if n_test == 0 or n_test == n:
+            raise ConfigError(f"data.n={n} with data.test_size={test_size:g} leaves "
+                              f"{'no test' if n_test == 0 else 'no training'} row; use a larger data.n")
+    return n, float(test_size)
+
+
+def _check_format(card: dict) -> None:
+    from privfair_cli.datasets import tabular
+
+    blocks = [("data.format", card.get("format"))] + [
+        (f"data.files.{f}.format", (spec or {}).get("format")) for f, spec in (card.get("files") or {}).items()]
+    for where, fmt in blocks:
+        if fmt is None:
+            continue
+        if not isinstance(fmt, dict):
+            raise ConfigError(f"{where} must be a mapping of {', '.join(tabular.FORMAT_KEYS)}")
+        unknown = sorted(set(fmt) - set(tabular.FORMAT_KEYS))
+        if unknown:
+            raise ConfigError(f"{where}.{unknown[0]} is not a format key; allowed: {', '.join(tabular.FORMAT_KEYS)}")
+        bad = {k: v for k, v in (fmt.get("types") or {}).items() if v not in tabular.TYPES}
+        if bad:
+            col, kind = next(iter(bad.items()))
+            raise ConfigError(f"{where}.types.{col}={kind!r} is not a column type; allowed: {', '.join(tabular.TYPES)}")
+        if fmt.get("missing", "drop") not in ("drop", "error"):
+            raise ConfigError(f"{where}.missing={fmt['missing']!r}; allowed: drop, error")
+        if fmt.get("type", "csv") not in ("csv", "arff"):
+            raise ConfigError(f"{where}.type={fmt['type']!r}; allowed: csv, arff")
+    for new, how in (card.get("derive") or {}).items():
+        how = how or {}
+        ok = "from" in how and ("map" in how or ("cut" in how and len(how.get("labels") or []) ==
+                                                 len(how["cut"]) - 1))
+        if not ok:
+            raise ConfigError(f"data.derive.{new} must be {{from: column, map: {{...}}}} or "
+                              f"{{from: column, cut: [edges], labels: [one per interval]}}")
+
+
+def _is_number(x) -> bool:
+    return isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def _check_features(card: dict) -> None:
+    """`features`: numeric `{col: [lo, hi]}` with lo < hi (declared bounds: the sensitivities rest on them),
+    `onehot` a list of columns, `binary` `{col: value}`, `levels` `{col: [values]}`."""
+    feats = card.get("features") or {}
+    if not isinstance(feats, dict):
+        raise ConfigError("data.features must be a mapping with numeric, onehot, binary, levels")
+    unknown = sorted(set(feats) - {"numeric", "onehot", "binary", "levels"})
+    if unknown:
+        raise ConfigError(f"data.features.{unknown[0]} is not a feature kind; allowed: numeric, onehot, binary, levels")
+    for col, bounds in (feats.get("numeric") or {}).items():
+        ok = isinstance(bounds, list | tuple) and len(bounds) == 2 and all(map(_is_number, bounds))
+        if not ok or bounds[0] >= bounds[1]:
+            raise ConfigError(f"data.features.numeric.{col}={bounds!r} must be declared bounds [lo, hi] with lo < hi")
+    if not isinstance(feats.get("onehot") or [], list | tuple):
+        raise ConfigError(f"data.features.onehot={feats['onehot']!r} must be a list of columns")
+    for key in ("binary", "levels"):
+        if not isinstance(feats.get(key) or {}, dict):
+            raise ConfigError(f"data.features.{key}={feats[key]!r} must be a mapping of columns")
+    codes = card.get("discrete_max_codes")
+    if codes is not None and (isinstance(codes, bool) or not isinstance(codes, int) or codes < 2):
+        raise ConfigError(f"data.discrete_max_codes={codes!r} must be an integer >= 2")
+
+
+def _check_discrete(card: dict) -> None:
+    """`discrete`: per column `{bins: [increasing edges]}`, `{map: {...}, levels: [...]}`, `{one_of: [...]}`
+    or `{}` (its levels as they are)."""
+    spec = card.get("discrete")
+    if spec is None or spec is False:
+        return
+    if not isinstance(spec, dict):
+        raise ConfigError("data.discrete must be a mapping {column: {bins | map | levels | one_of}}")
+    for col, how in spec.items():
+        how = how or {}
+        unknown = sorted(set(how) - {"bins", "map", "levels", "one_of"}) if isinstance(how, dict) else ["?"]
+        if unknown:
+            raise ConfigError(f"data.discrete.{col} may hold bins, map, levels or one_of, not {unknown[0]}")
+        edges = how.get("bins")
+        if edges is not None and (not isinstance(edges, list | tuple) or len(edges) < 2
+                                  or not all(map(_is_number, edges)) or list(edges) != sorted(set(edges))):
+            raise ConfigError(f"data.discrete.{col}.bins={edges!r} must be at least two increasing edges")
+
+
+ROLE_KEYS = ("protected", "admissible", "outcome", "audit")
+
+
+def _check_roles(card: dict) -> None:
+    """`roles` (prefair.md §1.1): attributes of the discrete view, protected / admissible / outcome disjoint."""
+    roles = card.get("roles")
+    if not roles:
+        return
+    unknown = sorted(set(roles) - set(ROLE_KEYS))
+    if unknown:
+        raise ConfigError(f"data.roles.{unknown[0]} is not a role; allowed: {', '.join(ROLE_KEYS)}")
+    columns = list(data_lib.discrete_spec(card))
+    if not columns:
+        raise ConfigError(f"data.roles needs a discrete view to name attributes of: add `discrete` (or `features`) "
+                          f"to the card of data={card['name']}")
+    for key, names in roles.items():
+        missing = [c for c in names or [] if c not in columns]
+        if missing:
+            raise ConfigError(f"data.roles.{key} names {missing}, not attributes of the discrete view; "
+                              f"allowed: {', '.join(columns)}")
+    sets = [set(roles.get(k) or []) for k in ROLE_KEYS[:3]]
+    if sets[0] & sets[1] or sets[0] & sets[2] or sets[1] & sets[2]:
+        raise ConfigError("data.roles: protected, admissible and outcome must be disjoint")
+
+
+def card_views(card: dict) -> set[str]:
+    """What a card provides (registry.VIEWS), from its keys alone: a loader module's own `VIEWS` (images,
+    synthetic graphs) plus what the card's `label`, `positive`, `sensitive`, `features`, `discrete`, `roles`
+    and `graph_reference` give."""
+    views = set()
+    for loader in (card.get("loader") or data_lib.DEFAULT_LOADER, card.get("base_loader")):
+        if loader:
+            views |= set(getattr(data_lib.loader_module({"loader": loader}), "VIEWS", ()))
+    if card.get("label"):
+        views.add("label")
+        if card.get("positive") is not None:
+            views.add("binary_label")
+    if card.get("sensitive") and card.get("privileged") is not None:
+        views.add("sensitive")
+    if card.get("features"):
+        views |= {"features", "numeric"}
+    if data_lib.discrete_spec(card):
+        views.add("discrete")
+    roles = card.get("roles") or {}
+    if "discrete" in views and all(roles.get(k) for k in ("protected", "admissible", "outcome")):
+        views.add("roles")
+    if card.get("graph_reference"):
+        views.add("graph_reference")
+    return views
+
+
+def missing_views(needs: tuple[str, ...], views: set[str]) -> list[str]:
+    return [need for need in needs if not set(need.split("|")) & views]
+
+
+def check_compatible(algo: str, plugin: type, params: Any, card: dict) -> None:
+    """Refuse, in one line naming the card keys to add, a dataset that lacks a view the plugin needs."""
+    views = card_views(card)
+    missing = missing_views(plugin.requirements(params), views)
+    if not missing:
+        return
+    parts = []
+    for alt in (need.split("|") for need in missing):
+        what = " or ".join(registry.VIEWS[v][0] for v in alt)
+        keys = " or ".join(registry.VIEWS[v][1] for v in alt)
+        parts.append(f"{what} (card key {keys})")
+    raise ConfigError(f"algo={algo} cannot run on data={card['name']}: it needs {' and '.join(parts)}, which the "
+                      f"card does not declare; data={card['name']} provides: {', '.join(sorted(views)) or 'no view'}")
 
 
 def validate(cfg: DictConfig) -> RunConfig:
@@ -108,6 +291,10 @@ def validate(cfg: DictConfig) -> RunConfig:
     plugin = registry.get(name)
     if plugin.Config is not None:
         params = typed(plugin.Config, params, "algo")
+    if "data" not in cfg:
+        raise ConfigError("data is not set: choose one with data=<name> (see `privfair list`)")
+    card = validate_card(OmegaConf.to_container(cfg.data, resolve=True))
+    check_compatible(name, plugin, params, card.raw)  # before the algorithm's own checks: the pair comes first
     if delta == 0 and plugin.default_delta:
         delta = float(plugin.default_delta)  # the algorithm's own delta when the run does not set one
     if plugin.needs_delta and delta == 0:
@@ -121,13 +308,9 @@ def validate(cfg: DictConfig) -> RunConfig:
     if extra:  # the group names the noise family only; calibrations are typed algorithm keys
         raise ConfigError(f"mechanism.{extra[0]} is not a key of mechanism; allowed: name (a calibration is an "
                           f"algorithm key, e.g. algo.calibration for relaxed_fm and adfc)")
-    if "data" not in cfg:
-        raise ConfigError("data is not set: choose one with data=<name> (see `privfair list`)")
-    card = validate_card(OmegaConf.to_container(cfg.data, resolve=True))
-    if (plugin.kind == "embedding") != (card.loader == "graphs"):
-        what = "a graph" if plugin.kind == "embedding" else "a tabular"
-        raise ConfigError(f"algo={name} needs {what} dataset, data={card.name} is not one; allowed: "
-                          f"{'cora, citeseer, wiki' if plugin.kind == 'embedding' else 'any non-graph card'}")
     budget = OmegaConf.to_container(cfg.get("budget") or {}, resolve=True)
+    save_predictions = cfg.get("save_predictions", True)
+    if not isinstance(save_predictions, bool):
+        raise ConfigError(f"save_predictions={save_predictions!r} must be true or false")
     return RunConfig(eps, delta, seed, device, bool(cfg.get("overwrite", False)), name, params, card,
-                     mechanism, budget)
+                     mechanism, budget, save_predictions)

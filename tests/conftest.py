@@ -9,34 +9,47 @@ if "PRIVFAIR_DATA_DIR" not in os.environ and SHARED.is_dir():
     os.environ["PRIVFAIR_DATA_DIR"] = str(SHARED)
 
 
+# With PRIVFAIR_REQUIRE_DATA=1 (CI, where the shared datasets are present) a missing dataset fails its tests
+# instead of skipping them.
+REQUIRE_DATA = os.environ.get("PRIVFAIR_REQUIRE_DATA") == "1"
+
+
 def have_data(subdir: str) -> bool:
     base = os.environ.get("PRIVFAIR_DATA_DIR")
     return bool(base) and (Path(base) / subdir).is_dir()
 
 
-def needs_data(subdir: str):
-    """Skip a test when a real dataset folder is not available under PRIVFAIR_DATA_DIR."""
-    return pytest.mark.skipif(not have_data(subdir), reason=f"dataset folder {subdir}/ not in PRIVFAIR_DATA_DIR")
+def require_data(*subdirs: str) -> None:
+    """The one way a test says it reads real dataset folders: skips it when one is missing under
+    PRIVFAIR_DATA_DIR, or fails it when PRIVFAIR_REQUIRE_DATA=1."""
+    missing = [s for s in subdirs if s and not have_data(s)]
+    if missing:
+        why = f"dataset folder(s) {', '.join(missing)} not in PRIVFAIR_DATA_DIR"
+        if REQUIRE_DATA:
+            pytest.fail(f"PRIVFAIR_REQUIRE_DATA=1 but {why}")
+        pytest.skip(why)
 
 
-# With PRIVFAIR_REQUIRE_DATA=1 (CI, where the shared datasets are present) a missing dataset fails its tests
-# instead of skipping them.
-REQUIRE_DATA = os.environ.get("PRIVFAIR_REQUIRE_DATA") == "1"
-if REQUIRE_DATA:
-    def needs_data(subdir: str):  # noqa: F811
-        if not have_data(subdir):
-            raise RuntimeError(f"PRIVFAIR_REQUIRE_DATA=1 but dataset folder {subdir}/ is not in PRIVFAIR_DATA_DIR")
-        return pytest.mark.usefixtures()
+def needs_data(*subdirs: str):
+    """Decorator form of `require_data`: `@needs_data("adult")`."""
+    return pytest.mark.needs_data(*subdirs)
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "needs_data(*subdirs): reads these folders of PRIVFAIR_DATA_DIR")
+
+
+def pytest_runtest_setup(item):
+    for mark in item.iter_markers("needs_data"):
+        require_data(*mark.args)
 
 
 # ------------------------------------------------------------------------------ card -> plugin -> ledger -> fit
 def card(name: str, **overrides) -> dict:
-    """The dataset card `configs/data/<name>.yaml` with `overrides`."""
-    from omegaconf import OmegaConf
+    """The dataset card `data=<name>` as a run composes it (`config.load_card`), with `overrides`."""
+    from privfair_cli.config import load_card
 
-    from privfair_cli.config import config_dir
-
-    return OmegaConf.to_container(OmegaConf.load(config_dir() / "data" / f"{name}.yaml"), resolve=True) | overrides
+    return load_card(name) | overrides
 
 
 def table(name: str, seed: int = 0, **overrides):

@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from privfair_cli.main import main
-from tests.conftest import have_data
+from tests.conftest import require_data
 
 ROWS = yaml.safe_load((Path(__file__).parent / "bad_inputs.yaml").read_text())
 
@@ -25,9 +25,7 @@ def test_table_is_well_formed():
 
 @pytest.mark.parametrize("row", ROWS, ids=[r["id"] for r in ROWS])
 def test_bad_input(row, tmp_path, monkeypatch, capsys):
-    for folder in [row["needs"]] if isinstance(row.get("needs"), str) else row.get("needs", []):
-        if not have_data(folder):
-            pytest.skip(f"dataset folder {folder}/ not available")
+    require_data(*([row["needs"]] if isinstance(row.get("needs"), str) else row.get("needs", [])))
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("PRIVFAIR_PROGRESS", "off")
     for k, v in (row.get("env") or {}).items():

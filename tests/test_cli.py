@@ -74,14 +74,6 @@ def test_reproduce_subset(tmp_path):
     assert abs(acc.ours_mean - acc.published_mean) < 0.03  # plain LR on Adult is close to the published 0.838
 
 
-def test_sweep_with_no_valid_point_fails_before_running(tmp_path, monkeypatch, capsys):
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr("privfair_cli.datasets.load", lambda *a: pytest.fail("data was touched"))
-    assert main(["run", "-m", "algo=lr", "eps=0,-1"]) == 2
-    assert "eps=0.0 must be > 0" in capsys.readouterr().err
-    assert not (tmp_path / "results").exists()
-
-
 def test_prevalidate_returns_the_bad_points_of_a_sweep():
     from privfair_cli import compose
 
@@ -98,9 +90,13 @@ def test_debug_shows_traceback(tmp_path):
     assert proc.returncode != 0 and "Traceback" in proc.stderr
 
 
-def test_list_shows_registry(tmp_path):
+def test_list_shows_registry_and_compatibility(tmp_path):
     out = privfair("list", cwd=tmp_path).stdout
-    assert re.search(r"\blr\b", out) and "classifier" in out and "adult" in out and "xu2021_table8_1" in out
+    assert re.search(r"^│ lr +│ classifier +│ binary_label, +│", out, re.M), out  # the row of lr, not privlr
+    assert re.search(r"^│ pc +│ graph +│ discrete or +│", out, re.M)
+    mnist = re.search(r"^│ mnist +│ features, label, numeric +│ (.*?) +│$", out, re.M)
+    assert mnist and mnist.group(1).split(", ") == ["dpsgd", "dpsgd_f", "dpsgd_naive", "sgd"]
+    assert re.search(r"^│ kdd +│", out, re.M) and "xu2021_table8_1" in out
 
 
 @needs_data("german_credit")

@@ -21,7 +21,7 @@ from privfair_cli.algorithms import dpsgd_trainer as trainer
 from privfair_cli.datasets import Table
 from privfair_cli.errors import BudgetExceeded, ConfigError
 from privfair_cli.privacy import accountants
-from tests.conftest import fit, needs_data, table
+from tests.conftest import card, fit, needs_data, require_data, table
 
 ROOT = Path(__file__).resolve().parents[1]
 DELTA = 1e-6
@@ -478,18 +478,14 @@ def test_cnn_groups_are_the_classes():
 
 # ----------------------------------------------------------------------------------------- datasets and CLI
 def load_card(name, seed=0):
-    from hydra import compose, initialize_config_dir
-    from omegaconf import OmegaConf
-
     from privfair_cli import datasets
 
-    with initialize_config_dir(config_dir=str(ROOT / "configs"), version_base=None):
-        cfg = compose(config_name="config", overrides=[f"data={name}"])
-    return datasets.load(OmegaConf.to_container(cfg.data, resolve=True), np.random.default_rng(seed))
+    data = card(name)
+    require_data(data["subdir"])
+    return datasets.load(data, np.random.default_rng(seed))
 
 
-@needs_data("adult")
-@needs_data("dutch_census")
+@needs_data("adult", "dutch_census")
 def test_census_variants_have_the_thesis_group_sizes():
     a = load_card("adult_balanced")
     assert np.bincount(a.s).tolist() == [14000, 14000]

@@ -5,13 +5,10 @@ from __future__ import annotations
 
 import itertools
 import math
-import os
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
-from omegaconf import OmegaConf
 from scipy import stats
 from scipy.special import softmax
 
@@ -22,17 +19,13 @@ from privfair_cli.algorithms import tree_model as tm
 from privfair_cli.errors import ConfigError
 from privfair_cli.privacy import Budget, PrivacyLedger, accountants
 from privfair_cli.privacy.mechanisms import exponential
-from tests.conftest import fit
-
-CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+from tests.conftest import card, fit, require_data
 
 
 def load_card(name: str):
-    card = OmegaConf.to_container(OmegaConf.load(CONFIGS / "data" / f"{name}.yaml"))
-    base = Path(os.environ.get("PRIVFAIR_DATA_DIR", "")) / card["subdir"]
-    if not base.is_dir():
-        pytest.skip(f"dataset folder {card['subdir']} not found under PRIVFAIR_DATA_DIR")
-    return data_lib.load(card)
+    data = card(name)
+    require_data(data["subdir"])
+    return data_lib.load(data)
 
 
 # ------------------------------------------------------------------------------------------- privacy
