@@ -14,8 +14,8 @@ import math
 import pytest
 import yaml
 
+from privfair_cli import compose, registry, runner, schema
 from privfair_cli import datasets as data_lib
-from privfair_cli import registry, runner, schema, sweep
 from privfair_cli.config import group_options, load_card
 from privfair_cli.errors import ConfigError
 from privfair_cli.results import METRICS_KEYS
@@ -57,7 +57,7 @@ def _param(algo: str, data: str):
 def base_config():
     """The composed defaults; each pair's algo and data nodes are spliced in (composing every pair through
     Hydra would take a minute: the cards with long bin lists are slow to compose)."""
-    return sweep.compose([])
+    return compose.compose([])
 
 
 def pair_config(base, algo: str, data: str, extra: list[str] = ()):

@@ -273,14 +273,14 @@ def run_cli(argv: list[str], capsys) -> tuple[int, str]:
 def test_printed_hints_work_as_printed(tmp_path, cache, monkeypatch, capsys):
     """Issue 12 item 5: the overrides an error suggests run when typed as printed."""
     monkeypatch.chdir(tmp_path)
-    base = ["run", "algo=lr", "data=german", "hydra.run.dir=out"]
-    code, err = run_cli(base + ["data.expected_d=58"], capsys)
+    base = ["run", "algo=lr", "data=german"]
+    code, err = run_cli(base + ["data.expected_d=58", "hydra.run.dir=a"], capsys)
     hint = re.search(r"\(set (\S+) to run anyway\)", err)
     assert code == 2 and hint, err
-    assert run_cli(base + ["data.expected_d=58", hint.group(1), "overwrite=true"], capsys)[0] == 0
+    assert run_cli(base + ["data.expected_d=58", hint.group(1), "hydra.run.dir=b"], capsys)[0] == 0
     path = copy_dataset(tmp_path, monkeypatch, "german_credit") / "german.data"
     path.write_bytes(path.read_bytes().replace(b"A11 6 A34", b"A11 7 A34", 1))
-    code, err = run_cli(base + ["overwrite=true"], capsys)
+    code, err = run_cli(base + ["hydra.run.dir=c"], capsys)
     hint = re.search(r"set (\S+)$", err.strip())
     assert code == 2 and "sha256 differs" in err and hint, err
-    assert run_cli(base + [hint.group(1), "overwrite=true"], capsys)[0] == 0
+    assert run_cli(base + [hint.group(1), "hydra.run.dir=d"], capsys)[0] == 0
