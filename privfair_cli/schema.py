@@ -78,6 +78,9 @@ def validate_card(card: dict) -> DataCard:
     if not hasattr(module, "generate"):
         _check_columns(card, name)
     n, test_size = _check_size(card)
+    if n is not None and "network" in getattr(module, "VIEWS", ()):
+        raise ConfigError(f"data.n={n} does not apply to a network card: every vertex is kept (a row sample would "
+                          f"cut the graph's edges); leave data.n null")
     for key in ("verify", "allow_d_mismatch"):
         if not isinstance(card.get(key, key == "verify"), bool):
             raise ConfigError(f"data.{key}={card[key]!r} must be true or false")
