@@ -13,7 +13,7 @@ export PRIVFAIR_DATA_DIR := $(SHARED_DATA)
 endif
 endif
 
-.PHONY: setup run test test-all reproduce docs bench lint clean
+.PHONY: setup run test test-all reproduce regress docs bench lint clean
 
 setup: $(STAMP)
 
@@ -35,6 +35,10 @@ test-all: setup
 
 reproduce: setup
 	$(BIN)/privfair reproduce all
+
+# The regression guard: every experiment's fast subset, re-run fresh and compared with its committed comparison.
+regress: setup
+	$(BIN)/privfair reproduce all --check
 
 # docs/reproduction.md and the README's summary, from the committed comparisons (tests/test_docs.py checks them).
 docs: setup

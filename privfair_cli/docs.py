@@ -81,14 +81,15 @@ def _natural(name: str) -> list:
     return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", name)]
 
 
-def experiments(root: Path) -> list[Experiment]:
-    """Every experiment with a `reproduce:` block, with its committed comparison if there is one."""
+def experiments(root: Path, results_root: Path | None = None) -> list[Experiment]:
+    """Every experiment with a `reproduce:` block, with its comparison (under `results_root`, default the
+    checkout's `results/`) if there is one."""
     out = []
     for path in sorted((root / "configs" / "experiment").glob("*.yaml"), key=lambda p: _natural(p.stem)):
         spec = OmegaConf.to_container(OmegaConf.load(path), resolve=False).get("reproduce")
         if not spec:
             continue
-        csv = root / "results" / "reproduce" / path.stem / "comparison.csv"
+        csv = (results_root or root / "results") / "reproduce" / path.stem / "comparison.csv"
         cells = pd.read_csv(csv, dtype=str, keep_default_na=False) if csv.is_file() else None
         out.append(Experiment(path.stem, _about(path), spec, cells))
     return out
@@ -119,9 +120,18 @@ def _count_cells(counts: dict[str, int]) -> list[str]:
     return [str(counts[v]) if counts[v] else "" for v in VERDICTS]
 
 
-def summary_table(exps: list[Experiment], report_link: str = "docs/reproduction.md") -> str:
-    """One row per experiment: its tables and the number of cells per verdict (the README's summary)."""
-    head = ["experiment", "paper tables", *(LABELS[v] for v in VERDICTS)]
+def _duration(seconds: float | None) -> str:
+    if seconds is None:
+        return ""
+    return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.1f} min"
+
+
+def summary_table(exps: list[Experiment], report_link: str = "docs/reproduction.md",
+                  times: dict[str, float] | None = None) -> str:
+    """One row per experiment: its tables and the number of cells per verdict (the README's summary); with `times`
+    (`make reproduce`), a last column with each experiment's wall time."""
+    timed = times is not None
+    head = ["experiment", "paper tables", *(LABELS[v] for v in VERDICTS), *(["wall time"] if timed else [])]
     lines = [_row(head), _row(["---"] * len(head))]
     total = dict.fromkeys(VERDICTS, 0)
     for e in exps:
@@ -131,8 +141,9 @@ def summary_table(exps: list[Experiment], report_link: str = "docs/reproduction.
         name = f"[`{e.name}`]({report_link}#{_anchor(e.name)})"
         tables = ", ".join(e.tables)
         row = _count_cells(counts) if e.cells is not None else ["", "", "", "no comparison committed"]
-        lines.append(_row([name, tables, *row]))
-    lines.append(_row(["**all**", f"{len(exps)} experiments", *(f"**{total[v]}**" for v in VERDICTS)]))
+        lines.append(_row([name, tables, *row, *([_duration(times.get(e.name))] if timed else [])]))
+    lines.append(_row(["**all**", f"{len(exps)} experiments", *(f"**{total[v]}**" for v in VERDICTS),
+                       *([_duration(sum(times.values()))] if timed else [])]))
     return "\n".join(lines)
 
 

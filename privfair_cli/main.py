@@ -19,6 +19,7 @@ import signal
 import sys
 import tempfile
 import threading
+import time
 import traceback
 from pathlib import Path
 
@@ -223,15 +224,40 @@ def cmd_reproduce(args) -> int:
     if args.name != "all" and args.name not in group_options("experiment"):
         raise ConfigError(f"experiment {args.name!r} is unknown; allowed: all, "
                           f"{', '.join(group_options('experiment'))}")
-    failed = []
+    overrides = [o for o in args.overrides if o != "--check"]
+    if args.check or len(overrides) != len(args.overrides):
+        return _check(names, overrides)
+    failed, times = [], {}
     for name in names:
-        comparison = reproduce.reproduce(name, args.overrides)
+        start = time.perf_counter()
+        comparison = reproduce.reproduce(name, overrides)
+        times[name] = time.perf_counter() - start
         if comparison is not None and comparison.attrs["failed"]:
             failed.append(name)
+    if args.name == "all":
+        _print_summary(times)
     if failed:
         print(f"privfair: error: runs failed in {', '.join(failed)} (see failed.json in their folders)",
               file=sys.stderr)
     return 1 if failed else 0
+
+
+def _check(names: list[str], overrides: list[str]) -> int:
+    """`reproduce NAME --check`: the regression guard (privfair_cli.regress); exit 1 when a cell regressed."""
+    from privfair_cli import regress
+
+    outcomes = [regress.check(name, overrides) for name in names]
+    print(regress.summary(outcomes))
+    return 0 if all(o.ok for o in outcomes) else 1
+
+
+def _print_summary(times: dict[str, float]) -> None:
+    """The summary of docs/reproduction.md, from the comparisons just written, with the wall time of each."""
+    from privfair_cli import docs, reproduce
+
+    exps = docs.experiments(config_dir().parent, results_root=reproduce.RESULTS_ROOT)
+    print("\nReproduction summary (the table of docs/reproduction.md; run `make docs` to update it):\n")
+    print(docs.summary_table(exps, times=times))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -248,6 +274,8 @@ def build_parser() -> argparse.ArgumentParser:
                      "tradeoff_KEY.png, one line per algorithm, mean ± std over seeds")
     rp = sub.add_parser("reproduce", help="run a paper-table experiment and compare with the published numbers")
     rp.add_argument("name", help="experiment name (see `privfair list`) or `all`")
+    rp.add_argument("--check", action="store_true", help="regression guard: re-run the fast subset in a fresh folder "
+                    "and fail when a cell drifts from the committed comparison (never writes it)")
     rp.add_argument("overrides", nargs=argparse.REMAINDER, help="extra Hydra overrides, e.g. seed='range(3)'")
     return p
 

@@ -39,6 +39,8 @@ Keys of the `reproduce:` block (REQUIRED, then optional):
 - `columns` ({column: {our metric key: text}, or `key`}): extra columns of comparison.csv / .md; `key` writes the
   metric key behind each cell.
 - `title`: the heading of comparison.md; `figure`: figure kinds (`privfair_cli.plots`), one mapping or a list.
+- `fast`: the experiment's fast subset for the regression guard (`privfair_cli.regress`): a list of overrides, or
+  `{skip: reason}` where no subset is fast enough.
 """
 
 from __future__ import annotations
@@ -61,10 +63,13 @@ from privfair_cli.errors import ConfigError
 COLUMNS = ["table", "dataset", "algorithm", "setting", "metric", "published_mean", "published_std", "ours_mean",
            "ours_std", "deviation", "tolerance", "verdict", "reason"]
 KEY = "our_metric"  # the metric key behind each cell: in every comparison frame, written only when `columns` asks
+RUNS = "runs"  # the number of our runs behind each cell: in every comparison frame, never written
+STATED = "stated_reason"  # the reason the config gives the cell, whatever its verdict (for the guard); never written
+HIDDEN = [KEY, RUNS, STATED]
 RESULTS_ROOT = Path("results")  # outputs, relative to the working directory like every run folder
 REQUIRED = ("published", "table", "datasets", "metrics")
 OPTIONAL = ("algorithms", "settings", "floors", "reasons", "substitute", "without_cuda", "values", "metric_suffix",
-            "metrics_by_dataset", "key_notes", "cell", "label", "variants", "columns", "title", "figure")
+            "metrics_by_dataset", "key_notes", "cell", "label", "variants", "columns", "title", "figure", "fast")
 
 
 def published_dir() -> Path:
@@ -199,14 +204,16 @@ def _row(spec: dict, r, label: str, key: str, cell: Cell, reason: str | None) ->
         verdict = "substitute"
     else:
         verdict = "match" if abs(dev) <= tol else "deviates"
+    # the reason the config gives this cell (a variant's own, the cell function's, else the experiment's)
+    stated = cell.reason or (reason if reason is not None else _reason(spec, r.algorithm, r.dataset, r.metric))
     if cell.reason:
         reason = cell.reason
     elif reason is None:  # a published cell: the experiment's reason where it does not match
-        reason = _reason(spec, r.algorithm, r.dataset, r.metric) if verdict != "match" else ""
+        reason = stated if verdict != "match" else ""
     notes = [text for pattern, text in (spec.get("key_notes") or {}).items() if fnmatch.fnmatch(key, pattern)]
     setting = ";".join([r.setting, *notes, *([cell.note] if cell.note else [])])
     return [r.table, r.dataset, r.algorithm, setting, label, float(r.mean), r.std, cell.mean, cell.std, dev, tol,
-            verdict, reason, key]
+            verdict, reason, key, cell.n, stated]
 
 
 def compare(runs: pd.DataFrame, published: pd.DataFrame, spec: dict) -> pd.DataFrame:
@@ -231,7 +238,7 @@ def compare(runs: pd.DataFrame, published: pd.DataFrame, spec: dict) -> pd.DataF
             if other:
                 rows.append(_row(spec, r, variant["label"].format(metric=r.metric, key=other), other,
                                  cell(pick, algo, other), variant.get("reason", "")))
-    return pd.DataFrame(rows, columns=COLUMNS + [KEY])
+    return pd.DataFrame(rows, columns=COLUMNS + HIDDEN)
 
 
 # ---------------------------------------------------------------------------------------------- runs
@@ -300,13 +307,16 @@ def draw(spec: dict, runs: pd.DataFrame, comparison: pd.DataFrame, out: Path, na
         _target(fig, "figure")(runs, comparison, out, name=name)
 
 
-def reproduce(name: str, overrides: list[str], run: bool = True) -> pd.DataFrame | None:
+def reproduce(name: str, overrides: list[str], run: bool = True, sweep_dir: Path | None = None
+              ) -> pd.DataFrame | None:
     """Run (unless `run=False`) and compare; returns the comparison with `attrs` `failed` (run folders whose run
-    raised) and `out` (the folder it was written to)."""
+    raised) and `out` (the folder it was written to). `sweep_dir` (default `runs/`) is where the runs go (the
+    regression guard uses a fresh one)."""
     from privfair_cli.sweep import run_inprocess
 
     spec = experiment_spec(name)
     root = RESULTS_ROOT / "reproduce" / name
+    sweep_dir = sweep_dir or root / "runs"
     effective = without_cuda(spec, overrides) if run else overrides
     if effective is None:
         print(f"skip {name}: it needs a CUDA GPU at the paper's size (`privfair run -m experiment={name}` forces "
@@ -316,9 +326,9 @@ def reproduce(name: str, overrides: list[str], run: bool = True) -> pd.DataFrame
     if run:
         if effective != overrides:
             print(f"{name}: no CUDA device, running the CPU cells only ({' '.join(effective)})")
-        failed = run_inprocess([f"experiment={name}", *effective], root / "runs").failed
+        failed = run_inprocess([f"experiment={name}", *effective], sweep_dir).failed
     # the canonical comparison reads the full sweep's runs (whatever part of it has run); a subset reads its own
-    runs = collect_runs(sweep_run_dirs([f"experiment={name}", *(effective if overrides else [])], root / "runs"),
+    runs = collect_runs(sweep_run_dirs([f"experiment={name}", *(effective if overrides else [])], sweep_dir),
                         spec)
     comparison = compare(runs, pd.read_csv(published_dir() / spec["published"]), spec)
     out = subset_dir(root, overrides) if overrides else root
