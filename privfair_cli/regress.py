@@ -17,8 +17,8 @@ std of our runs `s`, and a fresh deviation `d'` over `n'` runs of the subset:
   that changes (or a `substitute` / `not_run` that changes) fails when the reason the config gives the cell is the
   committed reason (the verdict changed but nobody updated the explanation).
 
-Timing cells (a metric starting with `runtime`) depend on the machine: only their verdict is compared. Cells
-outside the subset (fresh `not_run` because the subset does not cover them) and cells committed as `not_run`
+Timing cells (a metric starting with `runtime`) depend on the machine and are not compared. Cells outside the
+subset (fresh `not_run` because the subset does not cover them) and cells committed as `not_run`
 are listed as not compared; a run of the subset that fails fails the guard.
 """
 
@@ -35,7 +35,7 @@ from privfair_cli import reproduce as rp
 from privfair_cli.errors import ConfigError
 
 IDENTITY = ["table", "dataset", "algorithm", "metric"]
-TIMING = re.compile(r"runtime")  # wall-clock metrics: machine-dependent, compared on their verdict only
+TIMING = re.compile(r"runtime")  # wall-clock metrics (and ratios of them): machine-dependent, not compared
 
 
 @dataclass
@@ -108,7 +108,7 @@ def compare_cells(fresh: pd.DataFrame, committed: pd.DataFrame) -> tuple[list[st
                 [str(getattr(old, c)) for c in IDENTITY] + [_setting(old.setting)]:
             return [f"cell {_label(old)} of the committed comparison is {_label(new)} now: re-run "
                     f"`privfair reproduce` and commit its comparison"], 0, 0
-        if new.verdict == "not_run" or old.verdict == "not_run":
+        if new.verdict == "not_run" or old.verdict == "not_run" or TIMING.match(str(old.metric)):
             skipped += 1
             continue
         compared += 1
@@ -121,7 +121,7 @@ def _cell_failures(new, old) -> list[str]:
     slack = 2 * (0.0 if math.isnan(std) else std) / math.sqrt(max(int(new.runs), 1))
     d_old, d_new = _num(old.deviation), _num(new.deviation)
     out = []
-    numeric = not (math.isnan(d_old) or math.isnan(d_new) or math.isnan(tol) or TIMING.match(str(old.metric)))
+    numeric = not (math.isnan(d_old) or math.isnan(d_new) or math.isnan(tol))
     if numeric and old.verdict == "match" and abs(d_new) > tol + slack:
         out.append(f"matched (deviation {d_old:+.4f}), now deviates: {d_new:+.4f} over {new.runs} runs, beyond "
                    f"tolerance {tol:.4f} + slack {slack:.4f}")

@@ -123,3 +123,25 @@ def test_the_guard_passes_on_the_real_comparison_fails_on_a_doctored_one_and_nev
     flipped.at[matched, "verdict"] = "deviates"  # a verdict changed without its reason changing
     (failure,), _, _ = regress.compare_cells(outcome.fresh, flipped)
     assert "verdict deviates -> match but the reason is unchanged" in failure
+
+
+def test_reproduce_all_ends_with_the_summary_and_wall_times(monkeypatch, capsys):
+    from privfair_cli.main import main
+
+    monkeypatch.chdir(config_dir().parent)
+    calls = []
+    monkeypatch.setattr(rp, "reproduce", lambda name, overrides: calls.append(name))  # nothing runs
+    assert main(["reproduce", "all"]) == 0
+    out = capsys.readouterr().out
+    assert "Reproduction summary" in out and "| wall time |" in out and calls
+    assert "| [`xu2021_table8_1`](docs/reproduction.md#xu2021_table8_1) | Table 8.1 | 11 |" in out
+
+
+def test_check_flag_runs_the_guard_and_fails_on_a_failure(monkeypatch, capsys):
+    from privfair_cli.main import main
+
+    monkeypatch.setattr(regress, "check", lambda name, overrides: regress.Outcome(name, failures=["T | x: moved"]))
+    assert main(["reproduce", "xu2021_table8_1", "--check"]) == 1
+    assert "FAIL xu2021_table8_1: T | x: moved" in capsys.readouterr().out
+    monkeypatch.setattr(regress, "check", lambda name, overrides: regress.Outcome(name, skipped="too slow"))
+    assert main(["reproduce", "--check", "all"]) == 0
