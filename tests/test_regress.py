@@ -7,7 +7,7 @@ import math
 import pandas as pd
 import pytest
 
-from privfair_cli import regress
+from privfair_cli import compose, regress
 from privfair_cli import reproduce as rp
 from privfair_cli.config import config_dir
 from privfair_cli.errors import ConfigError
@@ -90,7 +90,9 @@ def test_fast_overrides():
 def test_every_experiment_declares_a_fast_subset_and_every_not_run_cell_a_reason():
     root = config_dir().parent
     for path in sorted((root / "configs" / "experiment").glob("*.yaml")):
-        regress.fast_overrides(rp.experiment_spec(path.stem), path.stem)  # raises without a valid `fast`
+        fast = regress.fast_overrides(rp.experiment_spec(path.stem), path.stem)  # raises without a valid `fast`
+        if isinstance(fast, list):  # the subset's first job composes (no data is read)
+            assert compose.job_config(compose.expand([f"experiment={path.stem}", *fast])[0]), path.stem
         csv = root / "results" / "reproduce" / path.stem / "comparison.csv"
         if csv.is_file():
             cells = pd.read_csv(csv, dtype=str, keep_default_na=False)
@@ -98,31 +100,33 @@ def test_every_experiment_declares_a_fast_subset_and_every_not_run_cell_a_reason
             assert missing[missing["verdict"] == "not_run"].empty, f"{path.stem}: a not_run cell without a reason"
 
 
-CHEAP = "xu2021_table4_2"
+CHEAP, SUBSET = "ding2020_table1", ["seed=range(1)", "algo=lr", "eps=10"]  # one run: 4 cells (lr's eps = inf)
 
 
-@needs_data("synthetic")
+@needs_data("adult")
 def test_the_guard_passes_on_the_real_comparison_fails_on_a_doctored_one_and_never_writes_it(monkeypatch):
     root = config_dir().parent
     monkeypatch.chdir(root)  # RESULTS_ROOT is relative: the real committed comparison
     csv = root / "results" / "reproduce" / CHEAP / "comparison.csv"
     before = hashlib.sha256(csv.read_bytes()).hexdigest()
-    outcome = regress.check(CHEAP, ["seed=range(1)"])
+    outcome = regress.check(CHEAP, SUBSET)
     assert hashlib.sha256(csv.read_bytes()).hexdigest() == before
     assert outcome.ok, outcome.failures
-    assert outcome.compared and "subsets" in outcome.out
+    assert outcome.compared == 4 and "subsets" in outcome.out
     real = pd.read_csv(csv, dtype=str, keep_default_na=False)
-    matched = real.index[real["verdict"] == "match"][0]
+    cell = outcome.fresh.index[outcome.fresh["verdict"] == "match"][0]
+    assert real.at[cell, "verdict"] == "match"
+    where = f"{real.at[cell, 'table']} | {real.at[cell, 'dataset']} | {real.at[cell, 'algorithm']}"
     moved = real.copy()
-    dev, tol = float(real.at[matched, "deviation"]), float(real.at[matched, "tolerance"])
-    moved.at[matched, "deviation"] = f"{dev + 10 * tol + 1:.4f}"  # the committed value moved out of tolerance
+    moved.at[cell, "deviation"] = f"{float(real.at[cell, 'deviation']) + 1:.4f}"  # committed value out of tolerance
     failures, _, _ = regress.compare_cells(outcome.fresh, moved)
-    assert failures and all(f.startswith(f"{real.at[matched, 'table']} | {real.at[matched, 'dataset']}")
-                            for f in failures)
-    flipped = real.copy()
-    flipped.at[matched, "verdict"] = "deviates"  # a verdict changed without its reason changing
-    (failure,), _, _ = regress.compare_cells(outcome.fresh, flipped)
-    assert "verdict deviates -> match but the reason is unchanged" in failure
+    assert failures and all(f.startswith(where) for f in failures)
+    # committed as deviating with the reason the config gives the cell, and a tolerance the fresh cell is well inside
+    flipped, d_new = real.copy(), float(outcome.fresh.at[cell, "deviation"])
+    flipped.loc[cell, ["verdict", "deviation", "tolerance", "reason"]] = [
+        "deviates", f"{d_new:.4f}", f"{abs(d_new) + 1:.4f}", outcome.fresh.at[cell, rp.STATED]]
+    (failure,) = regress.compare_cells(outcome.fresh, flipped)[0]
+    assert failure.startswith(where) and "verdict deviates -> match but the reason is unchanged" in failure
 
 
 def test_reproduce_all_ends_with_the_summary_and_wall_times(monkeypatch, capsys):
