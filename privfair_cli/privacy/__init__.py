@@ -1,6 +1,7 @@
-"""Privacy core: mechanisms, accountants and the budget ledger every plugin spends through."""
+"""Privacy core: mechanisms, accountants, the budget ledger every plugin spends through, and the noise source
+(seeded or secure) every mechanism draws from."""
 
-from privfair_cli.privacy.ledger import Budget, LedgerEntry, PrivacyLedger
+from privfair_cli.privacy.ledger import INF_JSON, Budget, LedgerEntry, PrivacyLedger, from_json, to_json
 from privfair_cli.privacy.mechanisms import (
     exponential,
     gaussian,
@@ -9,15 +10,21 @@ from privfair_cli.privacy.mechanisms import (
     gaussian_zcdp,
     laplace,
 )
+from privfair_cli.privacy.noise import NoiseSource, noise_source
 
 __all__ = [
+    "INF_JSON",
     "Budget",
     "LedgerEntry",
+    "NoiseSource",
     "PrivacyLedger",
     "exponential",
+    "from_json",
     "gaussian",
     "gaussian_sigma_analytic",
     "gaussian_sigma_classic",
     "gaussian_zcdp",
     "laplace",
+    "noise_source",
+    "to_json",
 ]

@@ -3,6 +3,7 @@
 Bookkeeping lives in `ledger.py`; this module only holds functions that tests pin to reference values.
 The zCDP <-> (eps, delta) conversions are those of Canonne, Kamath and Steinke (2020), the ones the
 reference MST code uses (`cdp2adp.py`); the classic bound `rho + 2 sqrt(rho log(1/delta))` is offered beside.
+Every conversion takes the noise-free limit (eps or rho = inf) and huge finite values (1e300) without overflow.
 """
 
 from __future__ import annotations
@@ -14,24 +15,49 @@ import numpy as np
 DEFAULT_RDP_ORDERS = tuple(range(2, 257))
 
 
+def bisect(above, lo: float, hi: float, max_iter: int = 1000) -> tuple[float, float]:
+    """Bisection for the threshold of a monotone predicate: `above(x)` is False below it and True at and above it,
+    with above(lo) False and above(hi) True. Halves [lo, hi] until the midpoint no longer moves (float fixed point)
+    or `max_iter` halvings; returns the final (lo, hi): lo is the last point found below, hi the last above."""
+    for _ in range(max_iter):
+        mid = (lo + hi) / 2
+        if above(mid):
+            if mid == hi:
+                break
+            hi = mid
+        else:
+            if mid == lo:
+                break
+            lo = mid
+    return lo, hi
+
+
+def square(x: float) -> float:
+    """x**2, or inf where it overflows (Python floats raise OverflowError instead)."""
+    try:
+        return x**2
+    except OverflowError:
+        return math.inf
+
+
 def cdp_delta(rho: float, eps: float) -> float:
     """Smallest delta such that rho-zCDP implies (eps, delta)-DP (CKS 2020, Prop. 7)."""
     if rho < 0 or eps < 0:
         raise ValueError("rho and eps must be non-negative")
-    if rho == 0:
+    if rho == 0 or math.isinf(eps):
         return 0.0
-    amin, amax = 1.01, (eps + 1) / (2 * rho) + 2
-    for _ in range(1000):
-        state = (amin, amax)
-        alpha = (amin + amax) / 2
-        derivative = (2 * alpha - 1) * rho - eps + math.log1p(-1.0 / alpha)
-        if derivative < 0:
-            amin = alpha
-        else:
-            amax = alpha
-        if (amin, amax) == state:  # fixed point: further iterations change nothing
-            break
-    delta = math.exp((alpha - 1) * (alpha * rho - eps) + alpha * math.log1p(-1 / alpha)) / (alpha - 1.0)
+    if math.isinf(rho):
+        return 1.0
+    def above(alpha: float) -> bool:  # the derivative in alpha of the delta bound is >= 0
+        return not (2 * alpha - 1) * rho - eps + math.log1p(-1.0 / alpha) < 0
+
+    lo, hi = bisect(above, 1.01, (eps + 1) / (2 * rho) + 2)
+    alpha = (lo + hi) / 2  # the last midpoint evaluated: at the fixed point it equals lo or hi
+    log_term = (alpha - 1) * (alpha * rho - eps) + alpha * math.log1p(-1 / alpha)
+    try:
+        delta = math.exp(log_term) / (alpha - 1.0)
+    except OverflowError:
+        return 1.0
     return min(delta, 1.0)
 
 
@@ -41,34 +67,19 @@ def cdp_eps(rho: float, delta: float) -> float:
         raise ValueError("delta must be in (0, 1) to convert zCDP to (eps, delta)-DP")
     if rho == 0:
         return 0.0
-    lo, hi = 0.0, rho + 2 * math.sqrt(rho * math.log(1 / delta))
-    for _ in range(1000):
-        state = (lo, hi)
-        eps = (lo + hi) / 2
-        if cdp_delta(rho, eps) <= delta:
-            hi = eps
-        else:
-            lo = eps
-        if (lo, hi) == state:
-            break
-    return hi
+    hi = zcdp_eps_classic(rho, delta)
+    if math.isinf(hi):
+        return math.inf
+    return bisect(lambda eps: cdp_delta(rho, eps) <= delta, 0.0, hi)[1]
 
 
 def cdp_rho(eps: float, delta: float) -> float:
     """Largest rho such that rho-zCDP implies (eps, delta)-DP (bisection on `cdp_delta`)."""
-    if eps <= 0 or not 0 < delta < 1:
+    if not eps > 0 or not 0 < delta < 1:
         raise ValueError("need eps > 0 and 0 < delta < 1")
-    lo, hi = 0.0, eps + 1
-    for _ in range(1000):
-        state = (lo, hi)
-        rho = (lo + hi) / 2
-        if cdp_delta(rho, eps) <= delta:
-            lo = rho
-        else:
-            hi = rho
-        if (lo, hi) == state:
-            break
-    return lo
+    if math.isinf(eps):
+        return math.inf
+    return bisect(lambda rho: not cdp_delta(rho, eps) <= delta, 0.0, eps + 1)[0]
 
 
 def zcdp_eps_classic(rho: float, delta: float) -> float:
@@ -97,4 +108,9 @@ def rdp_to_dp(orders, rdp, delta: float, conversion: str = "classic") -> tuple[f
 def pure_dp_rdp(eps: float, orders) -> np.ndarray:
     """RDP curve of an eps-DP mechanism: min(eps, a eps^2 / 2) (via eps^2/2-zCDP)."""
     a = np.asarray(orders, dtype=float)
-    return np.minimum(eps, a * eps**2 / 2)
+    return np.minimum(eps, a * square(eps) / 2)
+
+
+def zcdp_rdp(rho: float, orders) -> np.ndarray:
+    """RDP curve of a rho-zCDP mechanism: rho a at every order a (the definition of zCDP, so exact)."""
+    return rho * np.asarray(orders, dtype=float)
