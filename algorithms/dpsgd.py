@@ -248,6 +248,7 @@ class XuSGD(Plugin):
     accountant = "rdp"
     guarantee = "(eps,delta)-DP"
     Config = XuSGDConfig
+    own_noise = "its gradient and count noise with torch / numpy samplers"  # not covered by privacy.secure
     algorithm: ClassVar[str]
 
     @classmethod
@@ -406,7 +407,7 @@ def _plugin(class_name: str, algorithm: str, **attrs) -> type[XuSGD]:
     return register(type(class_name, (XuSGD,), body | attrs))
 
 
-SGD = _plugin("SGD", "sgd", private=False, needs_delta=False, accountant="basic", mechanisms=())
+SGD = _plugin("SGD", "sgd", private=False, needs_delta=False, accountant="basic", mechanisms=(), own_noise="")
 DPSGD = _plugin("DPSGD", "dpsgd")
 DPSGDF = _plugin("DPSGDF", "dpsgd_f")
 DPSGDNaive = _plugin("DPSGDNaive", "dpsgd_naive")

@@ -158,14 +158,17 @@ def _print_record(record: dict, run_dir: Path) -> None:
     from rich.console import Console
     from rich.table import Table
 
+    from privfair_cli.privacy.ledger import from_json
+
     m = record["metrics"]
     keys = [k for k in ("accuracy", "risk_difference", "dtpr", "dfpr", "tvd_1way", "tvd_2way",
                         "edge_tpr", "edge_fdr", "shd") if k in m]
-    table = Table(title=f"{record['algo']} on {record['data']}, eps={record['eps']:g}, seed={record['seed']}")
+    eps, spent = from_json(record["eps"]), from_json(record["privacy"]["eps_spent"])
+    table = Table(title=f"{record['algo']} on {record['data']}, eps={eps:g}, seed={record['seed']}")
     for k in keys + ["eps_spent", "seconds"]:
         table.add_column(k, justify="right")
     fmt = ["nan" if m[k] is None else f"{m[k]:.4f}" for k in keys]
-    table.add_row(*fmt, f"{record['privacy']['eps_spent']:.4g}", f"{record['timings']['total']:.2f}")
+    table.add_row(*fmt, f"{spent:.4g}", f"{record['timings']['total']:.2f}")
     Console().print(table)
     if "guarantee" in record:  # a resumed result written before it was recorded has none
         print(f"guarantee: {record['guarantee']} (noise: {record['privacy'].get('noise', 'seeded')})")

@@ -50,7 +50,10 @@ class Plugin:
     A plugin declares `Config`, a frozen dataclass of its hyperparameters (types and ranges; `typed.py`), whose
     defaults live in `configs/algo/<name>.yaml`. It is built as `cls(cfg, mechanism)` from the validated config
     (`make(name, **overrides)` does that from the YAML defaults, for tests), then
-    `fit(data, budget, ledger, rng, device)` is called once.
+    `fit(data, budget, ledger, rng, device)` is called once; `rng` is the run's `privacy.NoiseSource`, a numpy
+    Generator whose privacy noise (through `privfair_cli.privacy.mechanisms`) is seeded or secure. A plugin that
+    draws privacy noise with its own sampler names it in `own_noise` (secure mode is then refused) and takes its
+    generator from `rng.own_noise_generator(...)`.
     `guarantee` is what a run of the plugin really gives (one of GUARANTEES); `claims()` may lower it for the
     configured instance (e.g. an option that drops the clipping the proof needs makes it `heuristic`). Task kinds add:
       classifier: `predict(X) -> {0,1}` array (and `predict_proba` where it exists);
@@ -75,6 +78,7 @@ class Plugin:
     accountant: ClassVar[str] = "basic"
     default_delta: ClassVar[float] = 0.0  # delta used when the run leaves delta=0 (e.g. 1e-9 for MST-style zCDP)
     guarantee: ClassVar[str] = "eps-DP"
+    own_noise: ClassVar[str] = ""  # noise drawn outside privfair_cli.privacy (e.g. "torch noise"): no secure mode
     Config: ClassVar[type | None] = None  # None: a plugin not yet converted to a typed config (takes **params)
     needs: ClassVar[tuple[str, ...]] = ()  # dataset views (VIEWS; "a|b" = either); () = KIND_NEEDS[kind]
 

@@ -3,6 +3,7 @@ swapped in only when complete). Called once per job, by Hydra's launchers and by
 
 from __future__ import annotations
 
+import math
 import platform
 import sys
 import time
@@ -14,7 +15,7 @@ from omegaconf import DictConfig, OmegaConf
 from privfair_cli import __version__, evaluate, registry, results, runid, schema
 from privfair_cli import datasets as data_lib
 from privfair_cli.errors import DataError, RunFolderTaken
-from privfair_cli.privacy import Budget, PrivacyLedger
+from privfair_cli.privacy import Budget, NoiseSource, PrivacyLedger, to_json
 from privfair_cli.threads import thread_cap
 
 
@@ -81,6 +82,29 @@ def stored_result(run_dir: Path, cfg: DictConfig, overwrite: bool, log=print) ->
     return stored
 
 
+def guarantee(plugin: registry.Plugin, ledger: PrivacyLedger) -> str:
+    """What a result may claim (registry.GUARANTEES): the plugin's claim for this instance; `none` when the spend
+    is infinite (the noise-free limit, eps = inf); `(eps,delta)-DP` for an eps-DP plugin whose spend the accountant
+    composed into an (eps, delta) statement (zcdp, rdp, or an (eps, delta) release)."""
+    claim = plugin.claims()
+    eps, delta = ledger.spent()
+    if claim == "none" or math.isinf(eps):
+        return "none"
+    if claim == "eps-DP" and delta > 0:
+        return "(eps,delta)-DP"
+    return claim
+
+
+def premise_warnings(ledger: PrivacyLedger, n_train: int) -> list[str]:
+    """Premises of the guarantee that the runner can check and that failed, one line each."""
+    out = []
+    _, delta = ledger.spent()
+    if delta > 0 and n_train and delta >= 1 / n_train:
+        out.append(f"delta={delta:g} >= 1/n_train={1 / n_train:.3g}: at this delta a mechanism may publish a "
+                   "record outright; choose delta < 1/n_train")
+    return out
+
+
 def run(cfg: DictConfig, run_dir: Path, log=print, overrides: list[str] | None = None) -> dict:
     """Validate, then resume or run into a staged attempt swapped in only when complete (results.Attempt). A run
     that raises records why in `failed.json` beside any complete result of the same config, which stays."""
@@ -119,14 +143,10 @@ def compute(rc: schema.RunConfig, artifacts: Path, log=print) -> dict:
     device = resolve_device(rc.device, cls.cuda)
     plugin = cls(rc.params, rc.mechanism) if cls.Config is not None else cls(**rc.params, mechanism=rc.mechanism)
     budget = Budget(rc.eps, rc.delta)
-    own = rc.params.get("accountant") if isinstance(rc.params, dict) else getattr(rc.params, "accountant", None)
-    ledger = PrivacyLedger(
-        budget,
-        accountant=own or rc.budget.get("accountant") or cls.accountant,
-        rdp_conversion=rc.budget.get("rdp_conversion", "classic"),
-    )
+    ledger = PrivacyLedger(budget, accountant=rc.accountant, rdp_conversion=rc.rdp_conversion)
+    noise = NoiseSource.for_run(rng["noise"], rc.secure)
     t1 = time.perf_counter()
-    plugin.fit(train, budget, ledger, rng["noise"], device)
+    plugin.fit(train, budget, ledger, noise, device)
     ledger.check()
     timings["fit"] = time.perf_counter() - t1
 
@@ -146,13 +166,13 @@ def compute(rc: schema.RunConfig, artifacts: Path, log=print) -> dict:
     return {
         "algo": rc.algo,
         "data": rc.data.name,
-        "eps": rc.eps,
+        "eps": to_json(rc.eps),
         "delta": rc.delta,
         "seed": rc.seed,
         "metrics": {k: float(v) for k, v in metrics.items()},
-        "privacy": ledger.to_dict() | {"private": cls.private, "noise": "seeded"},
-        "guarantee": plugin.claims(),
-        "warnings": data_warnings + plugin.warnings(),
+        "privacy": ledger.to_dict() | {"private": cls.private, "noise": noise.kind, "delta_source": rc.delta_source},
+        "guarantee": guarantee(plugin, ledger),
+        "warnings": data_warnings + premise_warnings(ledger, len(train)) + plugin.warnings(),
         "timings": timings,
         "env": environment(device) | {"argv": " ".join(sys.argv[1:])},
     }

@@ -3,7 +3,20 @@
 
 Compatibility (issue 12 items 1, 7): a plugin declares the dataset views it needs (`Plugin.needs` /
 `requirements(cfg)`, vocabulary `registry.VIEWS`); `card_views(card)` derives what a card provides from its keys;
-`check_compatible` refuses a pair that cannot run, naming the card keys to add, before any data is read."""
+`check_compatible` refuses a pair that cannot run, naming the card keys to add, before any data is read.
+
+Privacy keys (issue 11 items 4-5, issue 12 item 1):
+- `eps`: > 0; `eps=inf` is the noise-free limit (no noise is added, the ledger records the spend at inf, the
+  result's guarantee is `none`, and metrics.json writes inf as 1.7976931348623157e308, see privacy/ledger.py).
+- `delta`: in [0, 1). A run that leaves it at 0 gets the algorithm's own `default_delta` if it has one, else
+  DEFAULT_DELTA (1e-5) when its guarantee needs a delta (`needs_delta`, or a zcdp / rdp accountant); the result
+  records the delta used and where it came from (`privacy.delta_source`: run | algorithm | default), and warns
+  when delta >= 1/n_train.
+- `budget.accountant` (basic | zcdp | rdp; null = the algorithm's own) and `budget.rdp_conversion`
+  (classic | balle2020). Every sensitivity in privfair assumes add/remove-one neighbouring datasets.
+- `privacy.secure` (bool): noise from OS entropy through floating-point-safe samplers (privacy/noise.py); refused
+  for algorithms that draw their noise with their own sampler (`Plugin.own_noise`).
+"""
 
 from __future__ import annotations
 
@@ -16,9 +29,13 @@ from omegaconf import DictConfig, OmegaConf
 from privfair_cli import datasets as data_lib
 from privfair_cli import registry
 from privfair_cli.errors import ConfigError
+from privfair_cli.privacy.ledger import ACCOUNTANTS, RDP_CONVERSIONS
 from privfair_cli.typed import typed
 
 DEVICES = ("auto", "cpu", "cuda")
+DEFAULT_DELTA = 1e-5  # delta of a run whose guarantee needs one and that sets none (issue 12 item 1)
+BUDGET_KEYS = ("accountant", "rdp_conversion")
+PRIVACY_KEYS = ("secure",)
 
 
 @dataclass(frozen=True)
@@ -47,6 +64,10 @@ class RunConfig:
     mechanism: dict[str, Any]
     budget: dict[str, Any]
     save_predictions: bool = True
+    accountant: str = "basic"
+    rdp_conversion: str = "classic"
+    delta_source: str = "run"  # run | algorithm (its default_delta) | default (DEFAULT_DELTA)
+    secure: bool = False
 
 
 def _number(cfg: DictConfig, key: str, kind=float):
@@ -277,7 +298,7 @@ def check_compatible(algo: str, plugin: type, params: Any, card: dict) -> None:
 def validate(cfg: DictConfig) -> RunConfig:
     eps = _number(cfg, "eps")
     if not (eps > 0) or math.isnan(eps):
-        raise ConfigError(f"eps={eps!r} must be > 0 (use a large value, e.g. eps=1e6, for the noise-free limit)")
+        raise ConfigError(f"eps={eps!r} must be > 0 (eps=inf is the noise-free limit)")
     delta = _number(cfg, "delta")
     if not 0 <= delta < 1:
         raise ConfigError(f"delta={delta!r} must be in [0, 1)")
@@ -298,10 +319,9 @@ def validate(cfg: DictConfig) -> RunConfig:
         raise ConfigError("data is not set: choose one with data=<name> (see `privfair list`)")
     card = validate_card(OmegaConf.to_container(cfg.data, resolve=True))
     check_compatible(name, plugin, params, card.raw)  # before the algorithm's own checks: the pair comes first
-    if delta == 0 and plugin.default_delta:
-        delta = float(plugin.default_delta)  # the algorithm's own delta when the run does not set one
-    if plugin.needs_delta and delta == 0:
-        raise ConfigError(f"algo={name} gives (eps, delta)-DP: set delta > 0 (e.g. delta=1e-5)")
+    accountant, conversion = _budget(cfg, plugin, params)
+    delta, delta_source = _delta(delta, plugin, accountant)
+    secure = _secure(cfg, plugin)
     mechanism = OmegaConf.to_container(cfg.get("mechanism") or {}, resolve=True)
     mech = mechanism.get("name", "default")
     if mech != "default" and mech not in plugin.mechanisms:
@@ -316,4 +336,51 @@ def validate(cfg: DictConfig) -> RunConfig:
     if not isinstance(save_predictions, bool):
         raise ConfigError(f"save_predictions={save_predictions!r} must be true or false")
     return RunConfig(eps, delta, seed, device, bool(cfg.get("overwrite", False)), name, params, card,
-                     mechanism, budget, save_predictions)
+                     mechanism, budget, save_predictions, accountant, conversion, delta_source, secure)
+
+
+def _section(cfg: DictConfig, group: str, allowed: tuple[str, ...]) -> dict:
+    """A mapping of the config, refusing keys it does not know (e.g. `+budget.neighbouring=...`)."""
+    section = OmegaConf.to_container(cfg.get(group) or {}, resolve=True)
+    if not isinstance(section, dict):
+        raise ConfigError(f"{group}={section!r} must be a mapping with keys {', '.join(allowed)}")
+    unknown = sorted(set(section) - set(allowed))
+    if unknown:
+        raise ConfigError(f"{group}.{unknown[0]} is not a key of {group}; allowed: {', '.join(allowed)}")
+    return section
+
+
+def _budget(cfg: DictConfig, plugin, params) -> tuple[str, str]:
+    """The run's accountant (the algorithm config's own `accountant`, else budget.accountant, else the plugin's
+    default) and RDP conversion, checked before any data is read."""
+    budget = _section(cfg, "budget", BUDGET_KEYS)
+    own = params.get("accountant") if isinstance(params, dict) else getattr(params, "accountant", None)
+    accountant = own or budget.get("accountant") or plugin.accountant
+    if accountant not in ACCOUNTANTS:
+        raise ConfigError(f"budget.accountant={accountant!r} is unknown; allowed: {', '.join(ACCOUNTANTS)}")
+    conversion = budget.get("rdp_conversion") or "classic"
+    if conversion not in RDP_CONVERSIONS:
+        raise ConfigError(f"budget.rdp_conversion={conversion!r} is unknown; allowed: {', '.join(RDP_CONVERSIONS)}")
+    return accountant, conversion
+
+
+def _delta(delta: float, plugin, accountant: str) -> tuple[float, str]:
+    """The delta a run uses and where it comes from (issue 12 item 1): the run's, else the algorithm's own
+    default, else DEFAULT_DELTA when the guarantee needs a delta."""
+    if delta > 0:
+        return delta, "run"
+    if plugin.default_delta:
+        return float(plugin.default_delta), "algorithm"
+    if plugin.needs_delta or accountant in ("zcdp", "rdp"):
+        return DEFAULT_DELTA, "default"
+    return delta, "run"
+
+
+def _secure(cfg: DictConfig, plugin) -> bool:
+    secure = _section(cfg, "privacy", PRIVACY_KEYS).get("secure", False)
+    if not isinstance(secure, bool):
+        raise ConfigError(f"privacy.secure={secure!r} must be true or false")
+    if secure and plugin.own_noise:
+        raise ConfigError(f"privacy.secure=true does not cover algo={plugin.name}: it draws {plugin.own_noise} "
+                          "outside privfair's floating-point-safe samplers; run it without privacy.secure")
+    return secure

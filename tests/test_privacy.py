@@ -442,3 +442,60 @@ def test_secure_gaussian_mechanism_meets_its_budget_through_zcdp():
                                                                                                       delta))
         assert accountants.cdp_delta(1 / (2 * sigma**2), eps) <= delta * (1 + 1e-6)
         assert stats.kstest(noisy, "norm", args=(0, sigma)).pvalue > 1e-3
+
+
+# ------------------------------------------------------------------------------ run config: delta, secure, eps=inf
+def validated(*overrides):
+    from privfair_cli import schema
+    from privfair_cli.sweep import compose
+
+    return schema.validate(compose(list(overrides)))
+
+
+def test_default_delta_is_resolved_and_recorded():
+    """Issue 12 item 1: (eps, delta) algorithms no longer refuse without delta."""
+    rc = validated("algo=relaxed_fm")
+    assert (rc.delta, rc.delta_source) == (1e-5, "default")
+    rc = validated("algo=mst")
+    assert rc.delta_source == "algorithm" and rc.delta == registry_get("mst").default_delta
+    assert (validated("algo=relaxed_fm", "delta=1e-7").delta, validated("algo=lr").delta) == (1e-7, 0.0)
+    rc = validated("algo=privlr", "budget.accountant=rdp")  # an (eps, delta) conversion needs a delta too
+    assert (rc.accountant, rc.delta, rc.delta_source) == ("rdp", 1e-5, "default")
+
+
+def registry_get(name):
+    from privfair_cli import registry
+
+    return registry.get(name)
+
+
+def test_eps_inf_and_secure_mode_validate():
+    rc = validated("algo=privlr", "eps=inf", "privacy.secure=true")
+    assert rc.eps == math.inf and rc.secure
+    assert not validated("algo=privlr").secure
+
+
+def test_warning_when_delta_is_not_below_one_over_n():
+    from privfair_cli.runner import premise_warnings
+
+    ledger = PrivacyLedger(Budget(1.0, 1e-3))
+    ledger.spend_approx("gaussian", 0.5, 1e-3)
+    (line,) = premise_warnings(ledger, 2000)
+    assert "delta=0.001 >= 1/n_train=0.0005" in line
+    assert premise_warnings(ledger, 500) == []
+
+
+def test_noise_free_run_is_written_as_a_number_with_guarantee_none(tmp_path, monkeypatch):
+    code, rec = run_cli(tmp_path, monkeypatch, "algo=privpc_star", "data=synthetic_gaussian", "data.n=300",
+                        "eps=inf")
+    assert code == 0
+    assert rec["eps"] == rec["privacy"]["eps_spent"] == 1.7976931348623157e308
+    assert rec["guarantee"] == "none" and rec["privacy"]["noise"] == "seeded"
+    assert ledger_mod.from_json(rec["eps"]) == math.inf
+
+
+def test_secure_run_says_so(tmp_path, monkeypatch):
+    pytest.importorskip("opendp")
+    code, rec = run_cli(tmp_path, monkeypatch, "algo=privpc_star", "data=synthetic_gaussian", "data.n=300",
+                        "privacy.secure=true")
+    assert code == 0 and rec["privacy"]["noise"] == "secure" and rec["guarantee"] in ("eps-DP", "heuristic")
