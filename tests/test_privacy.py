@@ -459,8 +459,9 @@ def test_default_delta_is_resolved_and_recorded():
     rc = validated("algo=mst")
     assert rc.delta_source == "algorithm" and rc.delta == registry_get("mst").default_delta
     assert (validated("algo=relaxed_fm", "delta=1e-7").delta, validated("algo=lr").delta) == (1e-7, 0.0)
-    rc = validated("algo=privlr", "budget.accountant=rdp")  # an (eps, delta) conversion needs a delta too
-    assert (rc.accountant, rc.delta, rc.delta_source) == ("rdp", 1e-5, "default")
+    for algo in ("privlr", "lr"):  # an (eps, delta) conversion needs a delta too, found before any data is read
+        rc = validated(f"algo={algo}", "budget.accountant=rdp")
+        assert (rc.accountant, rc.delta, rc.delta_source) == ("rdp", 1e-5, "default")
 
 
 def registry_get(name):

@@ -2,7 +2,8 @@
 
 A `NoiseSource` is the `rng` every plugin's `fit` receives. It is a `numpy.random.Generator`, so a plugin uses it
 as before for randomness that needs no protection (shuffles, initialisation, post-processing), and it draws the
-privacy noise of the mechanisms in `privfair_cli.privacy.mechanisms` (`add_laplace`, `add_gaussian`, `select`).
+privacy noise of the mechanisms in `privfair_cli.privacy.mechanisms` (`add_laplace`, `add_gaussian`, both with
+one scale or one per coordinate, and `select`).
 
 Two modes, chosen per run by `privacy.secure` and written to each result as `privacy.noise`:
 
@@ -16,8 +17,9 @@ Two modes, chosen per run by `privacy.secure` and written to each result as `pri
   exactly on the grid of all doubles (k = -1074: discrete Laplace / discrete Gaussian of Canonne, Kamath and
   Steinke 2020 on multiples of 2^-1074, then rounded to the nearest double, a post-processing step), so the output
   does not leak through floating-point artefacts. The generator itself is seeded from OS entropy, not from the
-  run seed, so nothing of a secure run is reproducible. Cost: about 20,000 Laplace and 10,000 Gaussian values per
-  second, and ~0.3 ms per exponential-mechanism selection.
+  run seed, so no noise of a secure run is reproducible (data generation, the split and evaluation keep their
+  seeded streams: they are not privacy noise). Cost: about 20,000 Laplace and 10,000 Gaussian values per second,
+  and ~0.3 ms per exponential-mechanism selection.
 
 What secure mode does not cover: noise a plugin draws with its own sampler (DP-SGD's torch noise, objective
 perturbation, any numpy sampler called on `rng` directly). A plugin that does so declares it with
