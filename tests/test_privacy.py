@@ -447,7 +447,7 @@ def test_secure_gaussian_mechanism_meets_its_budget_through_zcdp():
 # ------------------------------------------------------------------------------ run config: delta, secure, eps=inf
 def validated(*overrides):
     from privfair_cli import schema
-    from privfair_cli.sweep import compose
+    from privfair_cli.compose import compose
 
     return schema.validate(compose(list(overrides)))
 
