@@ -28,15 +28,7 @@ PAIR_ROWS = 300
 SMALL = ({name: ["algo.epochs=1", "algo.batch_size=32"] for name in ("sgd", "dpsgd", "dpsgd_f", "dpsgd_naive")}
          | {name: ["algo.mlp_epochs=2"] for name in ("mst", "prefair_greedy", "pfdr", "prefair_optimal")})
 
-_DELTA = "issue 12 item 1 (privacy): no default delta for (eps, delta) algorithms"
-_DPSGD = _DELTA + "; and dpsgd at eps=1 needs sigma=calibrate by default (dpsgd)"
-
-CLASSIFIER_CARDS = ("adult", "adult_balanced", "adult_race", "bank", "compas", "dutch", "dutch_unbalanced", "german")
-XFAIL: dict[tuple[str, str], str] = (
-    {(a, d): _DELTA for a in ("relaxed_fm", "adfc") for d in CLASSIFIER_CARDS}
-    | {(a, d): _DPSGD for a in ("dpsgd", "dpsgd_f", "dpsgd_naive") for d in CLASSIFIER_CARDS + ("mnist",
-                                                                                            "mnist_unbalanced")}
-)
+XFAIL: dict[tuple[str, str], str] = {}
 
 
 def _cards() -> dict[str, dict]:
