@@ -47,6 +47,10 @@ def shrink_gpp(y: np.ndarray, a: np.ndarray, keep: int, rng: np.random.Generator
     return np.sort(np.concatenate([np.flatnonzero(~((a == 1) & (y == 1))), kept]))
 
 
+# What a synthetic FES card provides (schema.card_views): a 0/1 label, features in [0, 1], a binary protected attribute.
+VIEWS = ("label", "binary_label", "features", "numeric", "sensitive")
+
+
 def generate(card, rng: np.random.Generator) -> Table:
     variant, mode, test_set = card.get("variant", "da1"), card.get("mode", "ratio"), card.get("test_set")
     if variant not in DEFAULT_RATIO or mode not in ("ratio", "literal") or test_set not in ("discriminatory", "fair"):

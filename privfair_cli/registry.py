@@ -33,11 +33,12 @@ VIEWS = {
     "graph_reference": ("a reference graph",
                         "`graph_reference: pc` (non-private PC on the same rows), or a loader that draws the DAG"),
     "network": ("a network (vertices, edges)", "`loader: graphs` with `edges` and `labels` files"),
+    "unlabelled_pool": ("an unlabelled pool", "`unlabelled_size`: the fraction of rows whose labels are hidden"),
 }
 # A plugin that declares no `needs` gets its kind's.
 KIND_NEEDS = {"classifier": ("label", "features"), "generator": ("discrete",),
               "graph": ("discrete|numeric", "graph_reference"), "embedding": ("network",),
-              "semi_supervised": ("label", "features", "sensitive")}
+              "semi_supervised": ("label", "features", "sensitive", "unlabelled_pool")}
 
 
 def option(cfg: Any, key: str, default: Any = None) -> Any:

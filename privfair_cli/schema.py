@@ -256,6 +256,8 @@ def card_views(card: dict) -> set[str]:
         views.add("roles")
     if card.get("graph_reference"):
         views.add("graph_reference")
+    if (card.get("unlabelled_size") or 0) > 0:
+        views.add("unlabelled_pool")
     return views
 
 
@@ -302,10 +304,10 @@ def validate(cfg: DictConfig) -> RunConfig:
         raise ConfigError("data is not set: choose one with data=<name> (see `privfair list`)")
     card = validate_card(OmegaConf.to_container(cfg.data, resolve=True))
     check_compatible(name, plugin, params, card.raw)  # before the algorithm's own checks: the pair comes first
-    if (card.unlabelled_size > 0) != (plugin.kind == "semi_supervised"):
-        raise ConfigError(f"algo={name} (kind {plugin.kind}) with data.unlabelled_size={card.unlabelled_size:g}: "
-                          "semi-supervised algorithms need an unlabelled pool (data.unlabelled_size > 0, e.g. a "
-                          "*_ssl card) and other kinds take none")
+    if card.unlabelled_size > 0 and plugin.kind != "semi_supervised":
+        raise ConfigError(f"algo={name} (kind {plugin.kind}) cannot run on data={card.name}: its "
+                          f"data.unlabelled_size={card.unlabelled_size:g} hides labels, which only semi-supervised "
+                          f"algorithms take; use data.unlabelled_size=0 or a card without a pool")
     if delta == 0 and plugin.default_delta:
         delta = float(plugin.default_delta)  # the algorithm's own delta when the run does not set one
     if plugin.needs_delta and delta == 0:
