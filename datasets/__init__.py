@@ -195,7 +195,7 @@ def read_csv_strict(path, expected_cols: int | None = None, name: str | None = N
 
 
 # card keys that do not change the parse (the `defaults` list only names where the others came from)
-RUN_KEYS = ("n", "test_size", "expected_d", "allow_d_mismatch", "verify", "rows", "defaults")
+RUN_KEYS = ("n", "test_size", "unlabelled_size", "expected_d", "allow_d_mismatch", "verify", "rows", "defaults")
 
 
 def _source_digest() -> str:
@@ -422,8 +422,17 @@ def _level_codes(column: pd.Series, how: dict, col: str, card: dict) -> tuple[np
 
 
 # ---------------------------------------------------------------------------------------------- splitting
-def split(table: Table, test_size: float, rng: np.random.Generator) -> tuple[Table, Table]:
-    """Train/test split: the card's predefined split when it has one, else a seeded random permutation."""
+def split(table: Table, test_size: float, rng: np.random.Generator,
+          unlabelled_size: float = 0.0) -> tuple[Table, Table]:
+    """Train/test split: the card's predefined split when it has one, else a seeded random permutation.
+
+    Semi-supervised runs (`unlabelled_size` > 0, fair_sampling.md §1.6): that fraction of the rows outside any
+    predefined test split is drawn first as the unlabelled pool (never test rows); `test_size` then applies to
+    the labelled rest. The train table holds the labelled training rows and the pool, told apart by
+    `meta["row_labelled"]`; `hide_labels` gives the view a plugin fits on (the true labels stay with the runner
+    for evaluation only)."""
+    if unlabelled_size > 0:
+        return _split_semi_supervised(table, test_size, rng, unlabelled_size)
     if "row_is_test" in table.meta:
         is_test = table.meta["row_is_test"]
         return table.subset(np.flatnonzero(~is_test)), table.subset(np.flatnonzero(is_test))
@@ -451,3 +460,31 @@ def split_warnings(train: Table, test: Table, kind: str) -> list[str]:
             if not np.any(test.s == g):
                 out.append(f"no test row has s={g}: the fairness metrics comparing the groups are undefined")
     return out
+
+
+def _split_semi_supervised(table: Table, test_size: float, rng: np.random.Generator,
+                           unlabelled_size: float) -> tuple[Table, Table]:
+    predefined = table.meta.get("row_is_test")
+    pool = np.arange(len(table)) if predefined is None else np.flatnonzero(~predefined)
+    perm = rng.permutation(pool)
+    n_unlabelled = int(round(unlabelled_size * len(perm)))
+    unlabelled, labelled = perm[:n_unlabelled], perm[n_unlabelled:]
+    if predefined is None:
+        n_test = int(round(test_size * len(labelled)))
+        test, labelled = labelled[:n_test], labelled[n_test:]
+    else:
+        test = np.flatnonzero(predefined)
+    if not len(test) or not len(labelled):
+        raise DataError(f"data={table.name}: a semi-supervised split needs labelled training rows and test rows "
+                        f"(got {len(labelled)} labelled, {len(test)} test; check test_size and unlabelled_size)")
+    is_labelled = np.zeros(len(table), dtype=bool)
+    is_labelled[labelled] = True
+    marked = Table(**{**table.__dict__, "meta": table.meta | {"row_labelled": is_labelled}})
+    return marked.subset(np.sort(np.concatenate([labelled, unlabelled]))), table.subset(np.sort(test))
+
+
+def hide_labels(table: Table) -> Table:
+    """The table with y = -1 on the rows `meta["row_labelled"]` marks unlabelled (what a semi-supervised plugin
+    sees); the protected attribute stays available on every row."""
+    hidden = np.where(table.meta["row_labelled"], table.y, -1)
+    return Table(**{**table.__dict__, "y": hidden})

@@ -144,7 +144,26 @@ def embedding(plugin, train, test, rng: np.random.Generator) -> dict[str, float]
     return {"link_prediction_accuracy": acc}
 
 
-EVALUATORS = {"classifier": classifier, "generator": generator, "graph": graph, "embedding": embedding}
+def semi_supervised(plugin, train, test, rng: np.random.Generator) -> dict[str, float]:
+    """fair_sampling.md §0 / §7: accuracy, `discrimination` = |P(yhat=1 | z=0) - P(yhat=1 | z=1)| of the final
+    (ensemble) predictions on the test rows, the four (z, yhat) test counts and, for a plugin that pseudo-labels
+    (`pseudo_rows`, `pseudo_labels` into its training rows), the pseudo-label noise per group against the hidden
+    true labels (`train` is the runner's copy with them): `noise_protected` = N_{1,p}, `noise_unprotected` =
+    N_{0,p}, `noise_gap` = N_p. z = 1 (protected) is the card's s = 0."""
+    yhat = np.asarray(plugin.predict(test.X)).astype(int)
+    out = metrics.classification(test.y, yhat, test.s)
+    out["discrimination"] = out["risk_difference_abs"]
+    out |= metrics.group_counts(1 - np.asarray(test.s).astype(int), yhat)
+    labelled = train.meta["row_labelled"]
+    out |= {"n_labelled": int(labelled.sum()), "n_unlabelled": int((~labelled).sum())}
+    rows = getattr(plugin, "pseudo_rows", None)
+    if rows is not None and len(rows):
+        out |= metrics.label_noise(train.y[rows], plugin.pseudo_labels, 1 - train.s[rows].astype(int))
+    return out
+
+
+EVALUATORS = {"classifier": classifier, "generator": generator, "graph": graph, "embedding": embedding,
+              "semi_supervised": semi_supervised}
 
 
 def predictions(plugin, test) -> pd.DataFrame:

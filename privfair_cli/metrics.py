@@ -104,6 +104,27 @@ def classification(y, yhat, s=None) -> dict[str, float]:
     return out
 
 
+GROUP_NAMES = {(1, 1): "G_PP", (0, 1): "G_UP", (1, 0): "G_PN", (0, 0): "G_UN"}  # (z, label) -> name
+
+
+def group_counts(z, labels) -> dict[str, int]:
+    """The four group sizes of fair_sampling.md §0 (Eqs. 4.7-4.10): G_PP = |{z=1, label=1}|, G_UP = |{z=0,
+    label=1}|, G_PN = |{z=1, label=0}|, G_UN = |{z=0, label=0}|, with z = 1 the protected group and `labels` the
+    true, pseudo or predicted labels."""
+    z, labels = np.asarray(z).astype(int), np.asarray(labels).astype(int)
+    counts = np.bincount(2 * z + labels, minlength=4)
+    return {name: int(counts[2 * a + b]) for (a, b), name in GROUP_NAMES.items()}
+
+
+def label_noise(y, y_pseudo, z) -> dict[str, float]:
+    """Pseudo-label noise per group (fair_sampling.md §0, Eqs. 4.18-4.22): N_{g,p} = P(yp=1 | y=0, z=g) +
+    P(yp=0 | y=1, z=g) = FPR + 1 - TPR within group g, from GroupRates; `noise_gap` = |N_1 - N_0|."""
+    groups = GroupRates(np.asarray(y).astype(int), np.asarray(y_pseudo).astype(int),
+                        np.asarray(z).astype(int)).by_group()
+    noise = {g: r["fpr"] + 1 - r["tpr"] for g, r in groups.items()}
+    return {"noise_protected": noise[1], "noise_unprotected": noise[0], "noise_gap": abs(noise[1] - noise[0])}
+
+
 def ber(y_s, s_hat) -> float:
     """Balanced error rate of a predictor of S (foundations §4, Feldman et al.)."""
     y_s, s_hat = np.asarray(y_s).astype(bool), np.asarray(s_hat).astype(bool)

@@ -10,10 +10,10 @@ import numpy as np
 
 from privfair_cli.errors import ConfigError
 
-TASK_KINDS = ("classifier", "generator", "graph", "embedding")
+TASK_KINDS = ("classifier", "generator", "graph", "embedding", "semi_supervised")
 
 # Modules under privfair_cli.algorithms whose import registers plugins.
-ALGORITHM_MODULES = ("logistic", "functional", "prefair", "causal", "dpne", "dpsgd")  # torch-free ones first
+ALGORITHM_MODULES = ("logistic", "functional", "prefair", "causal", "dpne", "fes", "dpsgd")  # torch-free ones first
 
 
 GUARANTEES = ("eps-DP", "(eps,delta)-DP", "zCDP", "heuristic", "none")
@@ -33,10 +33,12 @@ VIEWS = {
     "graph_reference": ("a reference graph",
                         "`graph_reference: pc` (non-private PC on the same rows), or a loader that draws the DAG"),
     "network": ("a network (vertices, edges)", "`loader: graphs` with `edges` and `labels` files"),
+    "unlabelled_pool": ("an unlabelled pool", "`unlabelled_size`: the fraction of rows whose labels are hidden"),
 }
 # A plugin that declares no `needs` gets its kind's.
 KIND_NEEDS = {"classifier": ("label", "features"), "generator": ("discrete",),
-              "graph": ("discrete|numeric", "graph_reference"), "embedding": ("network",)}
+              "graph": ("discrete|numeric", "graph_reference"), "embedding": ("network",),
+              "semi_supervised": ("label", "features", "sensitive", "unlabelled_pool")}
 
 
 def option(cfg: Any, key: str, default: Any = None) -> Any:
@@ -60,6 +62,8 @@ class Plugin:
       generator:  `sample(n, rng) -> pandas.DataFrame` with the input's discrete schema;
       graph:      attribute `adjacency` (p x p 0/1 skeleton) and `cpdag` after fit;
       embedding:  attribute `embedding` (n_vertices x k, rows in the graph's node order) after fit on a graph card.
+      semi_supervised: as classifier; `fit` gets the training rows with y = -1 where the label is hidden
+                  (`meta["row_labelled"]`, datasets.split), the protected attribute `s` on every row.
     `extra_metrics()` may return plugin-specific numbers (flat name -> number) for metrics.json and
     A plugin may define `evaluate(train, test, rng) -> dict` to replace its kind's default evaluation
     (evaluate.py), e.g. to add the metrics its family's spec asks for.

@@ -135,7 +135,7 @@ def compute(rc: schema.RunConfig, artifacts: Path, log=print) -> dict:
 
         train, test = graphs.split(table, rc.data.raw, rng["split"])
     else:
-        train, test = data_lib.split(table, rc.data.test_size, rng["split"])
+        train, test = data_lib.split(table, rc.data.test_size, rng["split"], rc.data.unlabelled_size)
     timings["load"] = time.perf_counter() - t0
 
     cls = registry.get(rc.algo)
@@ -146,7 +146,8 @@ def compute(rc: schema.RunConfig, artifacts: Path, log=print) -> dict:
     ledger = PrivacyLedger(budget, accountant=rc.accountant, rdp_conversion=rc.rdp_conversion)
     noise = NoiseSource.for_run(rng["noise"], rc.secure)
     t1 = time.perf_counter()
-    plugin.fit(train, budget, ledger, noise, device)
+    fit_data = data_lib.hide_labels(train) if "row_labelled" in train.meta else train
+    plugin.fit(fit_data, budget, ledger, noise, device)
     ledger.check()
     timings["fit"] = time.perf_counter() - t1
 

@@ -49,6 +49,7 @@ class DataCard:
     expected_d: int | None = None
     allow_d_mismatch: bool = False
     raw: dict = field(default_factory=dict)
+    unlabelled_size: float = 0.0  # semi-supervised runs: fraction of the non-test rows whose labels are hidden
 
 
 @dataclass(frozen=True)
@@ -112,8 +113,11 @@ def validate_card(card: dict) -> DataCard:
     _check_features(card)
     _check_discrete(card)
     _check_roles(card)
+    unlabelled = card.get("unlabelled_size", 0.0)
+    if isinstance(unlabelled, bool) or not isinstance(unlabelled, int | float) or not 0 <= unlabelled < 1:
+        raise ConfigError(f"data.unlabelled_size={unlabelled!r} must be in [0, 1)")
     return DataCard(name, loader, card.get("label"), card.get("sensitive"), n, test_size,
-                    card.get("expected_d"), bool(card.get("allow_d_mismatch", False)), card)
+                    card.get("expected_d"), bool(card.get("allow_d_mismatch", False)), card, float(unlabelled))
 
 
 def _check_columns(card: dict, name: str) -> None:
@@ -273,6 +277,8 @@ def card_views(card: dict) -> set[str]:
         views.add("roles")
     if card.get("graph_reference"):
         views.add("graph_reference")
+    if (card.get("unlabelled_size") or 0) > 0:
+        views.add("unlabelled_pool")
     return views
 
 
@@ -319,6 +325,10 @@ def validate(cfg: DictConfig) -> RunConfig:
         raise ConfigError("data is not set: choose one with data=<name> (see `privfair list`)")
     card = validate_card(OmegaConf.to_container(cfg.data, resolve=True))
     check_compatible(name, plugin, params, card.raw)  # before the algorithm's own checks: the pair comes first
+    if card.unlabelled_size > 0 and plugin.kind != "semi_supervised":
+        raise ConfigError(f"algo={name} (kind {plugin.kind}) cannot run on data={card.name}: its "
+                          f"data.unlabelled_size={card.unlabelled_size:g} hides labels, which only semi-supervised "
+                          f"algorithms take; use data.unlabelled_size=0 or a card without a pool")
     accountant, conversion = _budget(cfg, plugin, params)
     delta, delta_source = _delta(delta, plugin, accountant)
     secure = _secure(cfg, plugin)

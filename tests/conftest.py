@@ -59,7 +59,7 @@ def table(name: str, seed: int = 0, **overrides):
     rc_card = schema.validate_card(card(name, **overrides))
     rng = runner.streams(seed)
     data = runner.load_data(rc_card, rng, log=lambda *_: None)
-    return datasets.split(data, rc_card.test_size, rng["split"])
+    return datasets.split(data, rc_card.test_size, rng["split"], rc_card.unlabelled_size)
 
 
 def fit(algo: str, data, eps: float = 1.0, delta: float = 0.0, seed: int = 0, mechanism=None, **params):
