@@ -221,7 +221,7 @@ def compare(runs: pd.DataFrame, published: pd.DataFrame, spec: dict) -> pd.DataF
     tables = spec["table"] if isinstance(spec["table"], list) else [spec["table"]]
     algos = spec.get("algorithms") or {}
     pub = published[published["table"].isin(tables) & published["dataset"].isin(spec["datasets"])
-                    & published["metric"].isin(spec["metrics"])]
+                    & published["metric"].isin(spec["metrics"])].fillna({"setting": ""})  # text cells: no setting
     if algos:
         pub = pub[pub["algorithm"].isin(algos)]
     cell = _cell_function(spec)
