@@ -39,7 +39,7 @@ REPORT = Path("docs") / "reproduction.md"
 README = Path("README.md")
 # Experiment names are `<paper>_<table>`; the paper prefix names the source. Unknown prefixes show as they are.
 PAPERS = {
-    "xu2021": "Depeng Xu, PhD thesis (2021): PFLR/PFLR* (ch. 8), PrivPC (ch. 4), DPSGD-F (ch. 9)",
+    "xu2021": "Depeng Xu, PhD thesis (2021): PFLR/PFLR* (ch. 8), PrivPC (ch. 4), DPNE (ch. 5), DPSGD-F (ch. 9)",
     "ding2020": "Ding, Zhang, Li, Wang, Yu, Pan (AAAI 2020): PDFC / ADFC",
     "prefair2023": "Pujol, Gilad, Machanavajjhala (2023): PreFair",
 }
