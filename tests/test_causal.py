@@ -16,7 +16,7 @@ from privfair_cli.datasets import synthetic_categorical, synthetic_gaussian
 from privfair_cli.errors import ConfigError, DataError
 from privfair_cli.privacy import Budget, PrivacyLedger
 from privfair_cli.privacy.mechanisms import exponential, exponential_probabilities
-from tests.conftest import fit, have_data, needs_data
+from tests.conftest import fit, require_data
 from tests.conftest import table as split_table
 
 
@@ -436,9 +436,7 @@ SLOW = {("lapmech", "adult_pc"), ("privpc", "adult_pc"), ("privpc", "adult")}  #
 def test_every_learner_runs_with_defaults_on_every_graph_dataset(algo, data_name, tmp_path, monkeypatch):
     """Defaults, eps = 1: a complete result, or the one-line refusal where the pair is impossible."""
     if data_name.startswith("adult"):
-        needs_data("adult")
-        if not have_data("adult"):
-            pytest.skip("dataset folder adult/ not available")
+        require_data("adult")
     monkeypatch.setenv("PRIVFAIR_CACHE_DIR", str(tmp_path))
     data, test = split_table(data_name, **GRAPH_DATA[data_name])
     if (algo, data_name) in REFUSED:
