@@ -1,7 +1,15 @@
 import os
+import sys
 from pathlib import Path
 
+import absl.logging
 import pytest
+
+# dp-accounting brings in absl, whose logging handler keeps the sys.stderr of the moment it is imported; imported
+# inside a test, that is pytest's capture, which the handler then closes when an in-process Hydra run reconfigures
+# logging, and every later test fails with "I/O operation on closed file". Point it at the real stderr, which absl
+# never closes.
+absl.logging.get_absl_handler().python_handler.stream = sys.__stderr__
 
 ROOT = Path(__file__).resolve().parent.parent
 SHARED = ROOT.parent / "shared" / "datasets"
