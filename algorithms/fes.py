@@ -90,41 +90,38 @@ class _SemiSupervised(Plugin):
     def _train_groups(self, s, y) -> None:
         self.train_groups = group_counts(1 - s, y)
 
+    def resample(self, X, s, y, rng) -> np.ndarray:
+        """The labelled rows (indices, repeats allowed) the one base model trains on; ORI: all of them."""
+        return np.arange(len(y))
+
+    def fit(self, data, budget, ledger, rng, device="cpu"):
+        X, s, y = self._labelled(data)
+        idx = self.resample(X, s, y, rng)
+        self._train_groups(s[idx], y[idx])
+        self._fit_one(X[idx], y[idx])
+        return self
+
 
 @register
 class ORI(_SemiSupervised):
     name = "ori"
-
-    def fit(self, data, budget, ledger, rng, device="cpu"):
-        X, s, y = self._labelled(data)
-        self._train_groups(s, y)
-        self._fit_one(X, y)
-        return self
 
 
 @register
 class KCUniform(_SemiSupervised):
     name = "kc_uniform"
 
-    def fit(self, data, budget, ledger, rng, device="cpu"):
-        X, s, y = self._labelled(data)
-        idx = kamiran_calders.uniform(s, y, rng)
-        self._train_groups(s[idx], y[idx])
-        self._fit_one(X[idx], y[idx])
-        return self
+    def resample(self, X, s, y, rng) -> np.ndarray:
+        return kamiran_calders.uniform(s, y, rng)
 
 
 @register
 class KCPreferential(_SemiSupervised):
     name = "kc_preferential"
 
-    def fit(self, data, budget, ledger, rng, device="cpu"):
-        X, s, y = self._labelled(data)
+    def resample(self, X, s, y, rng) -> np.ndarray:
         ranker = self._learn(X, y)
-        idx = kamiran_calders.preferential(s, y, batched_linear.decision(X, ranker)[:, 0])
-        self._train_groups(s[idx], y[idx])
-        self._fit_one(X[idx], y[idx])
-        return self
+        return kamiran_calders.preferential(s, y, batched_linear.decision(X, ranker)[:, 0])
 
 
 @register

@@ -54,6 +54,30 @@ class _Mismatch(Exception):
     pass
 
 
+_BAD = object()
+
+
+def _as_int(v):
+    if isinstance(v, float) and v.is_integer():
+        return int(v)
+    return v if isinstance(v, int) and not isinstance(v, bool) else _BAD
+
+
+def _as_float(v):
+    ok = isinstance(v, int | float) and not isinstance(v, bool) and not (isinstance(v, float) and math.isnan(v))
+    return float(v) if ok else _BAD
+
+
+# scalar annotation -> the value as that type, or _BAD
+_SCALARS = {
+    bool: lambda v: v if isinstance(v, bool) else _BAD,
+    int: _as_int,
+    float: _as_float,
+    str: lambda v: v if isinstance(v, str) else _BAD,
+    dict: lambda v: v if isinstance(v, dict) else _BAD,
+}
+
+
 def _coerce(value, tp):
     origin, args = typing.get_origin(tp), typing.get_args(tp)
     if tp is Any:
@@ -80,32 +104,11 @@ def _coerce(value, tp):
         if not isinstance(value, list | tuple):
             raise _Mismatch
         return type(value)(_coerce(v, args[0]) for v in value) if args else value
-    if tp is bool:
-        if isinstance(value, bool):
-            return value
-        raise _Mismatch
-    if tp is int:
-        if isinstance(value, bool):
+    if tp in _SCALARS:
+        value = _SCALARS[tp](value)
+        if value is _BAD:
             raise _Mismatch
-        if isinstance(value, int):
-            return value
-        if isinstance(value, float) and value.is_integer():
-            return int(value)
-        raise _Mismatch
-    if tp is float:
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            raise _Mismatch
-        if isinstance(value, float) and math.isnan(value):
-            raise _Mismatch
-        return float(value)
-    if tp is str:
-        if isinstance(value, str):
-            return value
-        raise _Mismatch
-    if tp is dict:
-        if isinstance(value, dict):
-            return value
-        raise _Mismatch
+        return value
     raise TypeError(f"unsupported config annotation {tp!r}")
 
 
