@@ -80,7 +80,8 @@ Deviations and choices (each a config key where the spec asks for one):
 9. `x_s` (`xs_attribute`): a feature name or the prefix of a one-hot block (`race`, `marital-status`); all its
    columns join Phi_s (B6). `auto` (default) resolves from the dataset card: the first attribute of the card's
    `roles.protected` that is a feature of the classifier view (the paper's Table 1 takes race, a protected
-   attribute other than z, as x_s: `adult_race` -> race, `adult` -> native-country, `compas` -> Race); a card
+   attribute other than z, as x_s): `adult_race` -> race, `adult` -> native-country, `dutch` -> citizenship,
+   `compas` -> Race, `german` -> age, `bank` -> age (the column its sensitive age_group is derived from). A card
    with none falls back to `random`, one attribute drawn with the noise stream, the rule Algorithm 1's text
    states (pdfc.md §1.2). The chosen attribute is named in the ledger entry's note.
 """
