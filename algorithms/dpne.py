@@ -22,14 +22,20 @@ note C2: `H` is learned non-privately from the same graph and the proof ignores 
 Vectorised stage 2 (`block` columns at a time): the per-entry SGD over a block of columns `J` is solved exactly
 as a triangular system - the residual of column `j` depends on the earlier columns of the block only through
 `2 lr c^(j-1-l) (h_l . h_j) e_l` - so `E = R T^-1` and `W += 2 lr E H_J` reproduce spec §3.3 step by step, with
-matrix products instead of a Python loop over columns. For `nemf`, `dpm` and `dpne linear` this is exact for any
-`block`; for `dpne abs` the sign `s` of `<W, N>` is re-evaluated once per block (`block: 1` = per column, the
-spec's literal loop). `M`, its SVD and `H` are cached per graph (sha256 of the edge set) and `k`, in memory and
-under `<cache>/dpne/`, so runs at other eps / seeds reuse them.
+matrix products instead of a Python loop over columns (`T^-1` is formed once per block, b x b, so `E` is one GEMM).
+For `nemf`, `dpm` and `dpne linear` this is exact for any `block`; for `dpne abs` the sign `s` of `<W, N>` is
+re-evaluated once per block (`block: 1` = per column, the spec's literal loop). `precision: float32` (default)
+does the b x |V| and |V| x k products in float32 (scalars, the shrink factors and `T^-1` stay float64; about 2x
+faster, tests compare it with the float64 loop); dpM's SVD of its noisy matrix runs in the same precision.
+What is shared across the runs of a sweep is noise-free only: `M` (per graph, in memory), its SVD and `H` (per
+graph sha256 and `k`, in memory and under `<cache>/dpne/`), nemf's whole embedding (eps plays no part in it).
+Every noisy release (dpM's Laplace matrix, DPNE's `eta`) is a fresh draw of the run's own stream, through the
+ledger; dpM's SVD is of that fresh matrix, so it is never shared.
 
 Deviations (spec IDs): S1 `nemf.stage1: sgd` (joint SGD of W, H) and `omega: nonzero` are not implemented (the
 spec recommends `svd` and `dense`); nemf's embedding is cached per (graph, config, noise-stream state), since
 eps plays no part in it; S2 `dpne abs` with `block > 1` re-evaluates the sign per block (above);
+S3 `precision: float32` (above; `float64` restores double precision throughout);
 C3 `dpm` claims `heuristic`: the L1 change of `M` for one edge is not bounded by sqrt(2) (it grows with column
 sums of `P`), so the Laplace scale `sqrt(2)/eps` does not prove eps-DP; `dpm.sensitivity` can be raised.
 """
