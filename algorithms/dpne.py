@@ -22,14 +22,20 @@ note C2: `H` is learned non-privately from the same graph and the proof ignores 
 Vectorised stage 2 (`block` columns at a time): the per-entry SGD over a block of columns `J` is solved exactly
 as a triangular system - the residual of column `j` depends on the earlier columns of the block only through
 `2 lr c^(j-1-l) (h_l . h_j) e_l` - so `E = R T^-1` and `W += 2 lr E H_J` reproduce spec §3.3 step by step, with
-matrix products instead of a Python loop over columns. For `nemf`, `dpm` and `dpne linear` this is exact for any
-`block`; for `dpne abs` the sign `s` of `<W, N>` is re-evaluated once per block (`block: 1` = per column, the
-spec's literal loop). `M`, its SVD and `H` are cached per graph (sha256 of the edge set) and `k`, in memory and
-under `<cache>/dpne/`, so runs at other eps / seeds reuse them.
+matrix products instead of a Python loop over columns (`T^-1` is formed once per block, b x b, so `E` is one GEMM).
+For `nemf`, `dpm` and `dpne linear` this is exact for any `block`; for `dpne abs` the sign `s` of `<W, N>` is
+re-evaluated once per block (`block: 1` = per column, the spec's literal loop). `precision: float32` (default)
+does the b x |V| and |V| x k products in float32 (scalars, the shrink factors and `T^-1` stay float64; about 2x
+faster, tests compare it with the float64 loop); dpM's SVD of its noisy matrix runs in the same precision.
+What is shared across the runs of a sweep is noise-free only: `M` (per graph, in memory), its SVD and `H` (per
+graph sha256 and `k`, in memory and under `<cache>/dpne/`), nemf's whole embedding (eps plays no part in it).
+Every noisy release (dpM's Laplace matrix, DPNE's `eta`) is a fresh draw of the run's own stream, through the
+ledger; dpM's SVD is of that fresh matrix, so it is never shared.
 
 Deviations (spec IDs): S1 `nemf.stage1: sgd` (joint SGD of W, H) and `omega: nonzero` are not implemented (the
 spec recommends `svd` and `dense`); nemf's embedding is cached per (graph, config, noise-stream state), since
 eps plays no part in it; S2 `dpne abs` with `block > 1` re-evaluates the sign per block (above);
+S3 `precision: float32` (above; `float64` restores double precision throughout);
 C3 `dpm` claims `heuristic`: the L1 change of `M` for one edge is not bounded by sqrt(2) (it grows with column
 sums of `P`), so the Laplace scale `sqrt(2)/eps` does not prove eps-DP; `dpm.sensitivity` can be raised.
 """
@@ -64,6 +70,7 @@ H_CAVEAT = ("dpne: H is learned non-privately from the same graph and the proof 
             "(dpne.md C2); the eps-DP claim is Theorem 7's")
 SVDS_MAX_K = 200  # a randomized truncated SVD for k <= 200, a full SVD beyond (dpne.md §2: svds)
 _MEMO: dict[tuple[str, int, str], tuple[np.ndarray, np.ndarray]] = {}
+_M_MEMO: dict = {}
 
 
 # ---------------------------------------------------------------------------------------------- matrices
@@ -94,6 +101,18 @@ def context(m: np.ndarray, k: int, h_norm: str) -> np.ndarray:
     return h / np.maximum(norms, 1.0)[:, None]
 
 
+def cached_walk_matrix(graph) -> np.ndarray:
+    """`M` of a graph (no noise: depends on the edges only), computed once per graph digest in this process;
+    read-only, so a run can never alter the copy the next one reads."""
+    key = graph.digest()
+    if _M_MEMO.get("key") != key:
+        m = walk_matrix(graph.adjacency)
+        m.setflags(write=False)
+        _M_MEMO.clear()
+        _M_MEMO.update(key=key, m=m)
+    return _M_MEMO["m"]
+
+
 def cached_context(graph, k: int, h_norm: str) -> tuple[np.ndarray, np.ndarray]:
     """(`M`, `H`) of a graph, shared across runs: in memory, then `<cache>/dpne/<digest>-k<k>-<h_norm>.npz`."""
     from privfair_cli.datasets import cache_root
@@ -101,7 +120,7 @@ def cached_context(graph, k: int, h_norm: str) -> tuple[np.ndarray, np.ndarray]:
     key = (graph.digest(), int(k), h_norm)
     if key in _MEMO:
         return _MEMO[key]
-    m = walk_matrix(graph.adjacency)
+    m = cached_walk_matrix(graph)
     path = cache_root() / "dpne" / f"{key[0]}-k{k}-{h_norm}.npz"
     h = None
     if path.is_file():
@@ -123,7 +142,7 @@ def cached_context(graph, k: int, h_norm: str) -> tuple[np.ndarray, np.ndarray]:
 # ---------------------------------------------------------------------------------------------- noise
 def noisy_walk_matrix(graph, sensitivity: float, eps: float, rng: np.random.Generator, ledger) -> np.ndarray:
     """dpM's release: `M + Lap(0, sensitivity / eps)` on every entry, through the ledger (dpne.md §4.1)."""
-    return laplace(walk_matrix(graph.adjacency), sensitivity, eps, rng, ledger,
+    return laplace(cached_walk_matrix(graph), sensitivity, eps, rng, ledger,
                    note=f"M = (P + P^2)/2, every entry; Lemma 1 sensitivity {sensitivity:.6g}")
 
 
@@ -144,16 +163,20 @@ class SGD:
     epochs: int
     block: int
     noise_term: str = "linear"
+    dtype: str = "float64"
 
     def run(self, m: np.ndarray, h: np.ndarray, w: np.ndarray, noise: np.ndarray | None,
             rng: np.random.Generator) -> np.ndarray:
+        dt = np.dtype(self.dtype)                   # the matrix products; scalars and T^-1 stay float64
         n = m.shape[0]
         c = 1.0 - 2.0 * self.lr * self.lam / n  # the per-step shrink of the regulariser spread over |V| entries
-        u, alpha, beta = w.copy(), 1.0, 0.0      # W = alpha U + beta N
-        mt = np.ascontiguousarray(m.T)              # columns of M as rows: cheap gathers per block
-        nh = None if noise is None else h @ noise.T  # row j = N h_j
+        u, alpha, beta = np.array(w, dtype=dt), 1.0, 0.0      # W = alpha U + beta N
+        h = np.asarray(h, dtype=dt)
+        mt = np.ascontiguousarray(m.T, dtype=dt)    # columns of M as rows: cheap gathers per block
+        nd = None if noise is None else np.asarray(noise, dtype=dt)
+        nh = None if noise is None else h @ nd.T    # row j = N h_j
         nn = 0.0 if noise is None else float(np.sum(noise * noise))
-        un = 0.0 if noise is None else float(np.sum(u * noise))
+        un = 0.0 if noise is None else float(np.sum(u * nd, dtype=np.float64))
         for _ in range(self.epochs):
             order = rng.permutation(n)
             for start in range(0, n, self.block):
@@ -161,30 +184,32 @@ class SGD:
                 s = 0.0 if noise is None else (1.0 if self.noise_term == "linear" else float(
                     np.sign(alpha * un + beta * nn)))
                 u, alpha, beta, un = self._block(mt, h, u, alpha, beta, un, nh, cols, c, s, n)
-            u, alpha = u * alpha, 1.0  # fold the regulariser's shrink back into U once per epoch
+            u, alpha = u * dt.type(alpha), 1.0  # fold the regulariser's shrink back into U once per epoch
             if noise is not None:
-                un = float(np.sum(u * noise))  # no drift of the running <U, N>
-        return alpha * u + (0.0 if noise is None else beta * noise)
+                un = float(np.sum(u * nd, dtype=np.float64))  # no drift of the running <U, N>
+        out = alpha * u.astype(np.float64)
+        return out if noise is None else out + beta * noise
 
     def _block(self, mt, h, u, alpha, beta, un, nh, cols, c, s, n):
-        b = len(cols)
+        b, dt = len(cols), u.dtype
         steps = np.arange(b)
         alphas = alpha * c ** (steps + 1.0)                        # alpha after step j
         alpha_prev = alpha * c ** steps                            # alpha before step j
         betas = beta * c ** (steps + 1.0) - (self.lr * s / n) * (1.0 - c ** (steps + 1.0)) / (1.0 - c)
         beta_prev = np.concatenate([[beta], betas[:-1]])
         hj = h[cols]                                               # b x k
-        r = mt[cols] - (hj @ u.T) * alpha_prev[:, None]            # b x n residuals against the block's start
+        r = mt[cols] - (hj @ u.T) * alpha_prev.astype(dt)[:, None]  # b x n residuals against the block's start
         if nh is not None:
-            r -= nh[cols] * beta_prev[:, None]
-        gram = hj @ hj.T
+            r -= nh[cols] * beta_prev.astype(dt)[:, None]
+        gram = (hj @ hj.T).astype(np.float64)
         lag = c ** np.maximum(steps[None, :] - 1.0 - steps[:, None], 0.0)
         t = np.triu(2.0 * self.lr * lag * gram, k=1) + np.eye(b)   # e_j + sum_{l<j} T_lj e_l = r_j
-        e = solve_triangular(t, r, trans="T", lower=False, check_finite=False)         # b x n: row j = e_j
-        scaled = e * (2.0 * self.lr / alphas)[:, None]
-        u = u + scaled.T @ hj
+        t_inv = solve_triangular(t, np.eye(b), lower=False, unit_diagonal=True, check_finite=False)
+        e = t_inv.T.astype(dt) @ r                                 # b x n: row j = e_j (T^T e = r, one GEMM)
+        scaled = e * (2.0 * self.lr / alphas).astype(dt)[:, None]
+        u += scaled.T @ hj
         if nh is not None:
-            un += float(np.einsum("ij,ij->", scaled, nh[cols]))
+            un += float(np.sum(scaled * nh[cols], dtype=np.float64))
         return u, alphas[-1], betas[-1], un
 
 
@@ -199,6 +224,7 @@ class EmbeddingConfig:
     init_std: float = field(metadata=bounds(ge=0))
     h_norm: Literal["unit", "clip"]
     save_embedding: bool
+    precision: Literal["float32", "float64"]
 
 
 @dataclass(frozen=True)
@@ -233,7 +259,7 @@ class _Embedder(Plugin):
 
     def stage2(self, m, h, noise, rng, noise_term="linear"):
         w0 = rng.normal(0.0, self.cfg.init_std, size=(m.shape[0], self.cfg.k))
-        sgd = SGD(self.cfg.lr, self.cfg.lam, self.cfg.epochs, self.cfg.block, noise_term)
+        sgd = SGD(self.cfg.lr, self.cfg.lam, self.cfg.epochs, self.cfg.block, noise_term, self.cfg.precision)
         return sgd.run(m, h, w0, noise, rng)
 
     def extra_metrics(self):
@@ -288,7 +314,8 @@ class DPM(_Embedder):
 
     def embed(self, graph, budget, ledger, rng):
         m_hat = noisy_walk_matrix(graph, self.cfg.sensitivity, budget.eps, rng, ledger)
-        h = context(m_hat, self.cfg.k, self.cfg.h_norm)
+        m_hat = m_hat.astype(self.cfg.precision, copy=False)  # a fresh noisy matrix: its SVD is this run's own
+        h = context(m_hat, self.cfg.k, self.cfg.h_norm).astype(np.float64)
         return self.stage2(m_hat, h, None, rng)
 
     def claims(self):

@@ -127,6 +127,8 @@ def test_block_sgd_equals_the_literal_per_entry_loop():
         w -= 0.015 * (-2 * e[:, None] * h[j][None, :] + (2 * 0.001 * w + noise) / 60)
     ours = dpne.SGD(0.015, 0.001, 1, 16, "linear").run(m, h, w0, noise, np.random.default_rng(1))
     np.testing.assert_allclose(ours, w, atol=1e-10)
+    single = dpne.SGD(0.015, 0.001, 1, 16, "linear", "float32").run(m, h, w0, noise, np.random.default_rng(1))
+    np.testing.assert_allclose(single, w, atol=1e-5)  # precision=float32: the same steps, float32 products
 
 
 # ---------------------------------------------------------------------------------------------- noise scales
@@ -202,3 +204,24 @@ def test_run_end_to_end_link_prediction(tmp_path, monkeypatch):
     assert record["privacy"]["ledger"][0]["sensitivity"] == pytest.approx(math.sqrt(2))
     assert np.load(run / "artifacts" / "embedding.npy").shape == (2708, 16)
     assert np.array_equal(np.load(run / "artifacts" / "node_ids.npy"), np.arange(2708))
+
+
+@pytest.mark.parametrize("model,classes", [("svm", 5), ("svm", 2), ("lr", 2)])
+def test_batched_split_accuracy_matches_scikit_learn(model, classes):
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.svm import LinearSVC
+
+    from privfair_cli.evaluate import _accuracy_over_splits
+
+    rng = np.random.default_rng(0)
+    y = rng.integers(0, classes, 600)
+    X = rng.normal(0, 1, (600, 8)) + 0.8 * np.eye(classes, 8)[y]
+    ours = _accuracy_over_splits(X, y, 0.2, 4, model, np.random.default_rng(5))
+    draws, n_train, ref = np.random.default_rng(5), 120, []
+    for _ in range(4):  # the same splits, one scikit-learn fit each
+        perm = draws.permutation(600)
+        clf = (LinearSVC(C=1.0, tol=1e-8, max_iter=100000) if model == "svm"
+               else LogisticRegression(C=1.0, tol=1e-10, max_iter=10000))
+        ref.append(np.mean(clf.fit(X[perm[:n_train]], y[perm[:n_train]]).predict(X[perm[n_train:]])
+                           == y[perm[n_train:]]))
+    assert ours == pytest.approx(float(np.mean(ref)), abs=2 / 480)  # at most a couple of borderline predictions
