@@ -9,7 +9,7 @@ way `privfair reproduce zhang2022_fig4_2` runs each point (the runner's data str
 its ensemble predictions on the test split), in WORKERS processes, one task per (dataset, run): a task loads and
 splits once and fits its 2 x 10 points. Within a point the K models are one batched solve; the runs and rho values
 are not merged into one solve, because a point's cost is its K (d + 1)^2 Hessians per Newton step, which batching
-does not reduce. `python -m bench fes grid RUNS WORKERS` (default 50 runs, 2 workers: the issue's grid, 3,000 FES
+does not reduce. `python -m bench.fes grid RUNS WORKERS` (default 50 runs, 2 workers: the issue's grid, 3,000 FES
 fits); `make bench` runs `one_run` only. Time it with `/usr/bin/time -v` for wall and CPU seconds.
 """
 
@@ -111,15 +111,14 @@ def grid(runs: int = 50, workers: int = 2) -> None:
           + f"; at this rate the 50-run grid takes {wall * 50 / runs / 60:.1f} min wall")
 
 
-def main(argv: list[str] | None = None) -> None:
+def main() -> None:
+    one_run()
+
+
+if __name__ == "__main__":  # python -m bench.fes grid [RUNS [WORKERS]]
     import sys
 
-    argv = sys.argv[2:] if argv is None else argv
-    if argv and argv[0] == "grid":
-        grid(*(int(a) for a in argv[1:3]))
+    if sys.argv[1:2] == ["grid"]:
+        grid(*(int(a) for a in sys.argv[2:4]))
     else:
-        one_run()
-
-
-if __name__ == "__main__":
-    main()
+        main()
