@@ -183,15 +183,63 @@ def bars_vs_published(runs, comparison: pd.DataFrame, out_dir: Path, name: str, 
 
 
 def metric_vs(runs: pd.DataFrame, comparison, out_dir: Path, name: str, x: str, metrics: list[str],
-              reference: dict | None = None, file: str = "figure.png") -> None:
-    """`metrics` against the run column `x`, mean ± std over the runs per algorithm (the trade-off plot)."""
+              reference: dict | None = None, file: str = "figure.png", by: list[str] | None = None,
+              csv: str | None = None) -> None:
+    """`metrics` against the run column `x`, mean ± std over the runs per algorithm (the trade-off plot); `by`:
+    further run columns that make lines of their own (e.g. `cfg.algo.model`); `csv`: also write the plotted
+    summary (one row per line and x) beside the figure."""
     if runs.empty:
         return
-    grouped = runs.groupby(["algo", "data", x], sort=True)
+    grouped = runs.groupby(["algo", "data", *(by or []), x], sort=True, dropna=False)
     summary = grouped[metrics].agg(["mean", "std"])
     summary.columns = [f"{m}_{stat}" for m, stat in summary.columns]
     summary.insert(0, "runs", grouped.size())
-    tradeoff(summary.reset_index(), x, metrics, Path(out_dir) / file, reference, title=f"{name}: ")
+    summary = summary.reset_index()
+    if csv:
+        summary.to_csv(Path(out_dir) / csv, index=False, float_format="%.6g")
+    tradeoff(summary, x, metrics, Path(out_dir) / file, reference, title=f"{name}: ")
+
+
+def run_bars(runs: pd.DataFrame, comparison, out_dir: Path, name: str, x: str, metrics: list[str],
+             by: str | None = None, file: str = "figure.png", csv: str | None = None) -> None:
+    """Bars of each metric (rows) per dataset (columns): one group of bars per value of the run column `x` (e.g.
+    the algorithm), one bar per value of `by`, height the mean and whisker the std over the runs; `csv`: also
+    write that summary beside the figure."""
+    if runs.empty:
+        return
+    keys = ["data", x] + ([by] if by else [])
+    grouped = runs.groupby(keys, sort=True, dropna=False)
+    summary = grouped[metrics].agg(["mean", "std"])
+    summary.columns = [f"{m}_{stat}" for m, stat in summary.columns]
+    summary.insert(0, "runs", grouped.size())
+    summary = summary.reset_index()
+    if csv:
+        summary.to_csv(Path(out_dir) / csv, index=False, float_format="%.6g")
+    datasets = sorted(summary["data"].unique())
+    xs = list(dict.fromkeys(runs[x]))
+    bys = sorted(summary[by].astype(str).unique()) if by else [""]
+    width = 0.8 / len(bys)
+    lo, hi = int(summary["runs"].min()), int(summary["runs"].max())
+    with figure(Path(out_dir) / file, len(metrics), len(datasets), panel=(4.2, 2.9),
+                title=f"{name}: mean ± std over seeds ({lo if lo == hi else f'{lo}-{hi}'} runs a bar)") as (_, axes):
+        for j, dataset in enumerate(datasets):
+            sub = summary[summary["data"] == dataset]
+            for i, metric in enumerate(metrics):
+                ax = axes[i, j]
+                for k, b in enumerate(bys):
+                    sel = (sub[sub[by].astype(str) == b] if by else sub).set_index(x)
+                    pos = np.arange(len(xs)) + (k - (len(bys) - 1) / 2) * width
+                    ax.bar(pos, [sel[f"{metric}_mean"].get(v, np.nan) for v in xs], width, color=f"C{k}",
+                           yerr=[sel[f"{metric}_std"].get(v, np.nan) for v in xs], capsize=2,
+                           label=f"{by.removeprefix('cfg.')}={b}" if by else None)
+                ax.set_xticks(np.arange(len(xs)), [str(v) for v in xs], fontsize=7)
+                ax.grid(alpha=0.3, axis="y")
+                if i == 0:
+                    ax.set_title(str(dataset))
+                if j == 0:
+                    ax.set_ylabel(metric.replace("_", " "))
+        if by:
+            axes[0, 0].legend(fontsize=7)
 
 
 def run_curves(runs: pd.DataFrame, comparison, out_dir: Path, name: str, columns: dict[str, str],

@@ -105,6 +105,26 @@ def test_batched_fit_equals_sklearn(model):
         np.testing.assert_allclose(W[k], np.r_[ref.coef_[0], ref.intercept_], atol=1e-4)  # lbfgs stops early
 
 
+@pytest.mark.parametrize("model", ["lr", "svm"])
+def test_warm_started_indexed_fits_equal_independent_fits(model):
+    """fit_indexed's warm start (every model starts from the first set's solution) changes the work, not the
+    solutions: the same weights as cold fits, each checked against scikit-learn on its own set."""
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.svm import LinearSVC
+
+    rng = np.random.default_rng(1)
+    X = rng.normal(size=(600, 4))
+    y = (X @ np.array([1.0, -1.0, 0.5, 0.0]) + rng.normal(size=600) > 0.3).astype(int)
+    idx = rng.integers(0, 600, size=(6, 400))
+    warm = batched_linear.fit_indexed(X, y, idx, model, 1.0)
+    cold = batched_linear.fit_indexed(X, y, idx, model, 1.0, warm_start=False)
+    np.testing.assert_allclose(warm, cold, atol=1e-4)  # both stop at the Newton-decrement tolerance
+    for k in (1, 5):
+        ref = (LogisticRegression(C=1.0, tol=1e-10, max_iter=10_000) if model == "lr"
+               else LinearSVC(C=1.0, tol=1e-10, max_iter=100_000)).fit(X[idx[k]], y[idx[k]])
+        np.testing.assert_allclose(warm[k], np.r_[ref.coef_[0], ref.intercept_], atol=1e-4)
+
+
 def test_semi_supervised_split_hides_labels_only_of_the_pool():
     train, test = table("synth_fes")
     labelled = train.meta["row_labelled"]
