@@ -61,13 +61,17 @@ from privfair_cli.registry import Plugin, register
 from privfair_cli.typed import bounds
 
 MODEL_TASKS = ("lr", "svm")
+CACHE_MAX = 100_000  # memoised deterministic pieces (see `memo`) before the cache is emptied
+_CACHE: dict = {}
+CACHE = {"enabled": True}
 HUBER_H = 0.5
+SPEC_THETA0 = 0.9  # crfs.md §0.1: theta0 of a card that declares none (Adult, Breast cancer, Titanic)
 
 
 @dataclass(frozen=True)
 class CDPConfig:
     task: Literal["lr", "svm", "count", "mean"]
-    theta0: float = field(metadata=bounds(ge=-1, le=1))
+    theta0: float | None = field(metadata=bounds(ge=-1, le=1))
     abs_threshold: bool
     lam: float = field(metadata=bounds(gt=0))
     intercept: bool
@@ -79,15 +83,17 @@ class CDPConfig:
     T_fi: float = field(metadata=bounds(gt=0, le=1))
     n_estimators: int = field(metadata=bounds(ge=1))
     val_size: float = field(metadata=bounds(gt=0, lt=1))
+    eps1: float | None = field(metadata=bounds(gt=0))  # crfs' Step 3; the baselines have no Step 3
 
 
 @dataclass(frozen=True)
 class CRFSConfig(CDPConfig):
-    eps1: float | None = field(metadata=bounds(gt=0))
     sensitivity_mode: Literal["seed", "global_l1", "empirical_loo"]
     tie_tolerance: float = field(metadata=bounds(ge=0))
     eval_draws: int = field(metadata=bounds(ge=1))
     loo_records: int = field(metadata=bounds(ge=1))
+    correlation_curve: bool
+    curve_tolerance: float = field(metadata=bounds(gt=0))
 
 
 # ------------------------------------------------------------------------------------------------ models (§0.5)
@@ -125,6 +131,20 @@ def fit_erm(X: np.ndarray, y: np.ndarray, model: str, lam: float) -> np.ndarray:
 def accuracies(X: np.ndarray, y: np.ndarray, W: np.ndarray) -> np.ndarray:
     """Accuracy of each weight vector (rows of W) with prediction sign(w.x) (0 counts as +1)."""
     return np.mean(np.where(X @ W.T >= 0, 1, -1) == y[:, None], axis=0)
+
+
+def memo(key: tuple, compute):
+    """The value of `compute()`, remembered under `key` within the process: Theta's kappas per candidate feature set,
+    the random forests and the non-private ERM fits depend only on the training rows (`key` holds their digest),
+    the columns and the settings, never on eps or the noise, so a sweep over eps, tasks, schemes and noise draws
+    computes each once. Results are identical with the cache off (`CACHE["enabled"] = False`)."""
+    if not CACHE["enabled"]:
+        return compute()
+    if key not in _CACHE:
+        if len(_CACHE) >= CACHE_MAX:
+            _CACHE.clear()
+        _CACHE[key] = compute()
+    return _CACHE[key]
 
 
 # ------------------------------------------------------------------------------------------- Steps 0-2 (§1)
@@ -196,6 +216,7 @@ class _CorrelatedDP(Plugin):
         self.feature_names = list(data.feature_names)
         self.stages = {"original": int(data.meta.get("original_columns", data.d + 1))}
         self.Z, self.y = Z, y
+        self.theta0 = self.cfg.theta0 if self.cfg.theta0 is not None else float(data.meta.get("theta0", SPEC_THETA0))
         # the validation split (stratified by label) carved from the training rows
         val = np.zeros(len(y), bool)
         for label in (-1, 1):
@@ -204,7 +225,14 @@ class _CorrelatedDP(Plugin):
         if val.all() or not val.any() or len(np.unique(y[~val])) < 2:
             val[:] = False
         self.val = val
-        keep, h, removed = prepare(Z, y, missing, self.cfg, self.seed)
+        import hashlib
+
+        digest = hashlib.sha1(Z.tobytes() + y.tobytes() + val.tobytes()
+                              + (b"" if missing is None else np.asarray(missing).tobytes())).hexdigest()
+        self.digest = digest
+        c = self.cfg
+        keep, h, removed = memo(("prepare", digest, c.T_cf, c.T_mv, c.T_fi, c.n_estimators, self.seed),
+                                lambda: prepare(Z, y, missing, c, self.seed))
         self.prepared, self.prepared_importance, self.removed = keep, h, removed
         self.stages["after_preparation"] = len(keep)
         self.eps_total = budget.eps
@@ -223,7 +251,21 @@ class _CorrelatedDP(Plugin):
         return X[tr], self.y[tr], X[va], self.y[va]
 
     def _kappa(self, cols) -> dict[str, float]:
-        return correlated.kappas(self.Z[:, cols], self.cfg.theta0, self.cfg.abs_threshold)
+        cols = np.asarray(cols)
+        return memo(("kappa", self.digest, cols.tobytes(), self.theta0, self.cfg.abs_threshold),
+                    lambda: correlated.kappas(self.Z[:, cols], self.theta0, self.cfg.abs_threshold))
+
+    def _erm(self, cols, model: str, rows: str) -> np.ndarray:
+        """The non-private ERM on `cols`, fitted on the training part (`rows="train"`) or all training rows."""
+        cols = np.asarray(cols)
+
+        def compute():
+            if rows == "train":
+                Xtr, ytr, _, _ = self._train_val(cols)
+                return fit_erm(Xtr, ytr, model, self.cfg.lam)
+            return fit_erm(design(self.Z[:, cols], self.cfg.intercept), self.y, model, self.cfg.lam)
+
+        return memo(("erm", self.digest, cols.tobytes(), model, self.cfg.lam, self.cfg.intercept, rows), compute)
 
     # -- release ----------------------------------------------------------------------------------------------
     def _release(self, cols, kappa: float, eps: float | None, ledger, rng) -> None:
@@ -233,8 +275,7 @@ class _CorrelatedDP(Plugin):
         self.kappa_release = kappa
         n = len(self.y)
         if cfg.task in MODEL_TASKS:
-            X = design(self.Z[:, cols], cfg.intercept)
-            self.w = fit_erm(X, self.y, cfg.task, cfg.lam)
+            self.w = self._erm(cols, cfg.task, "all")
             eps2 = self._eps2(eps, cfg.noise_draws)
             if self.private:
                 self.W = correlated.correlated_output_perturbation(
@@ -294,9 +335,10 @@ class _CorrelatedDP(Plugin):
 
     def evaluate(self, train, test, rng) -> dict[str, float]:
         out = {f"n_features_{k}": float(v) for k, v in self.stages.items()}
-        out |= {"n_features": float(len(self.final)), "kappa": float(self.kappa_release),
+        out |= {"n_features": float(len(self.final)), "kappa": float(self.kappa_release), "theta0": self.theta0,
                 "eps_release": float(min(self.eps2, 1.7976931348623157e308))}
         out |= {f"{k}_final": v for k, v in self.final_kappas.items()}
+        out["n_records"] = float(len(train) + len(test))
         if self.cfg.task in MODEL_TASKS:
             Xt = design(2.0 * np.asarray(test.X, dtype=float)[:, self.final] - 1.0, self.cfg.intercept)
             yt = np.where(np.asarray(test.y) == 1, 1, -1)
@@ -324,6 +366,10 @@ class _CorrelatedDP(Plugin):
         (Path(folder) / "feature_sets.json").write_text(json.dumps(sets, indent=1) + "\n")
 
     def _finish(self) -> None:
+        if self.private and len(self.final) < 3:
+            self.notes.append(f"the released feature set has {len(self.final)} feature(s): Pearson correlation "
+                              "between records over fewer than 3 columns is degenerate (1 column: every row constant, "
+                              "kappa = 1; 2 columns: every |theta| = 1), so kappa says nothing about the records")
         for note in self.notes:
             self.warn(note)
 
@@ -375,7 +421,8 @@ class CRFS(_CorrelatedDP):
         cfg = self.cfg
         cols = self.prepared
         tr = ~self.val if self.val.any() else np.ones(len(self.y), bool)
-        h = forest_importance(self.Z[tr][:, cols], self.y[tr], cfg.n_estimators, self.seed + 2)
+        h = memo(("forest", self.digest, np.asarray(cols).tobytes(), cfg.n_estimators, self.seed + 2),
+                 lambda: forest_importance(self.Z[tr][:, cols], self.y[tr], cfg.n_estimators, self.seed + 2))
         self.importance_fits = getattr(self, "importance_fits", 0) + 1
         if cfg.eps1 is None:
             charged = self.eps_total / 2
@@ -418,7 +465,7 @@ class CRFS(_CorrelatedDP):
         cfg = self.cfg
         model = cfg.task if cfg.task in MODEL_TASKS else "lr"
         Xtr, ytr, Xva, yva = self._train_val(cols)
-        w = fit_erm(Xtr, ytr, model, cfg.lam)
+        w = self._erm(cols, model, "train")
         kappa = self._kappa(cols)["kappa_cs"]
         W = correlated.correlated_output_perturbation(w, len(ytr), cfg.lam, kappa, eps2, rng, None,
                                                       draws=cfg.eval_draws)
@@ -446,8 +493,8 @@ class CRFS(_CorrelatedDP):
         # Step 4: the smallest prefix within T of the best non-private validation accuracy
         acc = []
         for m in range(1, len(order) + 1):
-            Xtr, ytr, Xva, yva = self._train_val(order[:m])
-            acc.append(float(accuracies(Xva, yva, fit_erm(Xtr, ytr, model, cfg.lam)[None, :])[0]))
+            _, _, Xva, yva = self._train_val(order[:m])
+            acc.append(float(accuracies(Xva, yva, self._erm(order[:m], model, "train")[None, :])[0]))
         acc = np.asarray(acc)
         m_b = int(np.flatnonzero(acc >= acc.max() - cfg.tie_tolerance)[0]) + 1
         B, R = order[:m_b], order[m_b:]
@@ -465,9 +512,27 @@ class CRFS(_CorrelatedDP):
         self.extra_sets = {"useful_set_B": [self.feature_names[i] for i in B],
                            "importance_order": [self.feature_names[i] for i in order]}
         self.final_kappas = self._kappa(final)
+        if cfg.correlation_curve:
+            self._curve(order)
         self._release(final, self.final_kappas["kappa_cs"], None, ledger, rng)
         self._finish()
         return self
+
+    def _curve(self, order) -> None:
+        """Fig. 3.1: mean |theta_ij| (i != j) and kappa_CS of the top-m features of the noisy importance order, and
+        the smallest m from which the mean stays within `curve_tolerance` of its value at m = K."""
+        rows = [{"m": m} | self._kappa(order[:m]) for m in range(1, len(order) + 1)]
+        self.curve = rows
+        c = np.array([r["mean_abs_corr"] for r in rows])
+        off = np.abs(c - c[-1]) > self.cfg.curve_tolerance
+        self.corr_stable = int(np.flatnonzero(off)[-1] + 2) if off.any() else 1
+
+    def artifacts(self, folder) -> None:
+        super().artifacts(folder)
+        if getattr(self, "curve", None):
+            import pandas as pd
+
+            pd.DataFrame(self.curve).to_csv(f"{folder}/correlation_curve.csv", index=False)
 
     def _mae2(self) -> dict[str, float]:
         inb = np.isin(self.query_features, self.B)
@@ -476,4 +541,5 @@ class CRFS(_CorrelatedDP):
     def extra_metrics(self) -> dict[str, float]:
         return {"eps1": float(min(self.eps1, 1.7976931348623157e308)),
                 "eps1_charged": float(min(self.eps1_charged, 1.7976931348623157e308)),
-                "delta_h": float(self.delta_h), "importance_fits": float(self.importance_fits)}
+                "delta_h": float(self.delta_h), "importance_fits": float(self.importance_fits)} | (
+                    {"n_features_corr_stable": float(self.corr_stable)} if getattr(self, "curve", None) else {})

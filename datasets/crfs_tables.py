@@ -7,7 +7,8 @@ Card keys read here (besides the generic ones): `source` (`csv`, default: the ca
 reader; `kaggle_csv`: one CSV with a header, empty fields kept; `sklearn_breast_cancer`: scikit-learn's bundled
 WDBC copy, no file),
 `drop` (columns left out), `categorical` (columns label-encoded), `missing_values` (the markers of a missing value,
-e.g. "" or "-1"), `original_columns` (the column count of the source table, Table 3.3's first column).
+e.g. "" or "-1"), `original_columns` (the column count of the source table, Table 3.3's first column), `theta0`
+(the correlation threshold the chapter uses on this table, crfs.md §0.1; the plugins' `theta0: null` reads it).
 
 Every row keeps its per-feature missing mask in `meta["row_missing"]` (Step 2's missing-fraction rule needs it
 after imputation).
@@ -74,6 +75,8 @@ def encode(raw: pd.DataFrame, card) -> datasets.Table:
     table = datasets.encode(df[cols + [label]], dict(card, sensitive=None, discrete=None))
     table.meta["row_missing"] = missing
     table.meta["original_columns"] = int(card.get("original_columns") or raw.shape[1])
+    if card.get("theta0") is not None:
+        table.meta["theta0"] = float(card["theta0"])
     return table
 
 

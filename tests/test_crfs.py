@@ -163,3 +163,21 @@ def test_budget_split_and_baselines(titanic):
         _fit("crfs", small, eps=1.0, eps1=1.0, n_estimators=10)
     with pytest.raises(ConfigError, match="Step 3 takes the whole budget"):
         _fit("crfs", small, eps=1.0, eps1=0.5, n_estimators=10)  # Step 3 alone would take 2 eps1 = 2 > 1
+
+
+def test_memoised_pieces_change_nothing(titanic):
+    from privfair_cli.algorithms import crfs
+
+    small = titanic.subset(np.arange(250))
+    over = dict(n_estimators=10, eval_draws=2, eps1=1.0, eps_release=0.5, noise_draws=2)
+    crfs._CACHE.clear()
+    cold, led_cold = _fit("crfs", small, **over)
+    warm, led_warm = _fit("crfs", small, **over)  # every deterministic piece now from the cache
+    crfs.CACHE["enabled"] = False
+    try:
+        off, _ = _fit("crfs", small, **over)
+    finally:
+        crfs.CACHE["enabled"] = True
+    for other in (warm, off):
+        assert np.array_equal(other.final, cold.final) and np.array_equal(other.W, cold.W)
+    assert [e.eps for e in led_warm.entries] == [e.eps for e in led_cold.entries]
