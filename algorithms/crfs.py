@@ -40,7 +40,16 @@ Deviations (by spec item):
   (`val_size` of it: 0.15 / 0.85 gives the spec's 70/15/15 with `data.test_size=0.15`).
 - §1 Step 1: the collinear pair loses the feature with the lower non-private importance (ties: the later column),
   the spec's recommendation; Steps 1-2 run on the forest fitted once on the prepared features.
+- §0.1 / §8: Theta over the candidate's columns is taken literally, so a set of one column (every row constant:
+  kappa = 1) or two columns (every |theta| = 1) has a degenerate kappa; Step 5 may prefer such a set, and a release
+  on fewer than 3 columns carries a warning.
+- §0.1: theta_ij >= theta0 - 1e-9 passes the threshold (a correlation exactly at theta0 is not lost to rounding).
+- §1.5: theta0 `null` reads the card's `theta0` (Porto Seguro 0.7), else 0.9; lam = 0.01 fixed (the spec's
+  validation tuning over {1e-3, 1e-2, 1e-1} is not done).
+- §6: Titanic drops PassengerId, Name, Ticket and Cabin (the spec's recommendation): 7 features enter Step 1.
 - Query tasks release no classifier: `predict` returns -1 for every row.
+Deterministic pieces (the forests, Theta's kappas per candidate set, the non-private ERM fits) are memoised within a
+process (`memo`), keyed by a digest of the training rows, so a sweep computes each once; results are unchanged.
 """
 
 from __future__ import annotations
