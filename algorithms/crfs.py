@@ -208,7 +208,7 @@ class _CorrelatedDP(Plugin):
     kind = "classifier"
     needs = ("binary_label", "features")
     mechanisms = ("laplace",)
-    guarantee = "eps-DP"
+    guarantee = "heuristic"  # the seed's selection steps and Theta are not accounted (module docstring)
     own_noise = "the Gamma-norm noise of output perturbation"
     Config = CDPConfig
     kappa_kind = "kappa_cs"
