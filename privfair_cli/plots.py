@@ -319,3 +319,50 @@ def graph(A: np.ndarray, names, path: Path, true=None, title: str = "") -> None:
         ax.set_aspect("equal")
         ax.axis("off")
         ax.set_title(title, fontsize=9)
+
+
+def metric_vs_with_csv(runs: pd.DataFrame, comparison, out_dir: Path, name: str, x: str, metrics: list[str],
+                       file: str = "figure.png", csv: str = "curves.csv") -> None:
+    """`metric_vs`, and the plotted means and stds per algorithm, dataset and `x` as `csv` (the curve data)."""
+    if runs.empty:
+        return
+    present = [m for m in metrics if m in runs]
+    grouped = runs.groupby(["algo", "data", x], sort=True)
+    summary = grouped[present].agg(["mean", "std"])
+    summary.columns = [f"{m}_{stat}" for m, stat in summary.columns]
+    summary.insert(0, "runs", grouped.size())
+    summary = summary.reset_index()
+    Path(out_dir).mkdir(parents=True, exist_ok=True)
+    summary.to_csv(Path(out_dir) / csv, index=False, float_format="%.6g")
+    tradeoff(summary, x, present, Path(out_dir) / file, title=f"{name}: ")
+
+
+def artifact_curves(runs: pd.DataFrame, comparison, out_dir: Path, name: str, artifact: str, x: str,
+                    columns: dict[str, str], file: str = "figure.png", csv: str = "curves.csv") -> None:
+    """Per dataset (panels in a row per column), `x` against each artifact column, one line per seed of every
+    algorithm; the artifacts stacked (with algo, data, seed) as `csv`."""
+    if runs.empty:
+        return
+    frames = []
+    for r in runs.sort_values(["data", "algo", "seed"]).itertuples(index=False):
+        path = _artifact(Path(r.run_dir), artifact)
+        if path is not None:
+            frames.append(pd.read_csv(path).assign(algo=r.algo, data=r.data, seed=r.seed))
+    if not frames:
+        return
+    df = pd.concat(frames, ignore_index=True)
+    Path(out_dir).mkdir(parents=True, exist_ok=True)
+    df.to_csv(Path(out_dir) / csv, index=False, float_format="%.6g")
+    datasets = sorted(df["data"].unique())
+    with figure(Path(out_dir) / file, len(columns), len(datasets), panel=(4, 2.8), dpi=110,
+                title=f"{name}") as (_, axes):
+        for j, dataset in enumerate(datasets):
+            sub = df[df["data"] == dataset]
+            for (algo, seed), line in sub.groupby(["algo", "seed"], sort=True):
+                for i, col in enumerate(columns):
+                    axes[i, j].plot(line[x], line[col], marker="o", ms=2, label=f"{algo} seed {seed}")
+            for i, title in enumerate(columns.values()):
+                axes[i, j].set_title(f"{dataset}: {title}", fontsize=9)
+                axes[i, j].set_xlabel(x)
+                axes[i, j].grid(alpha=0.3)
+        axes[0, 0].legend(fontsize=6)
