@@ -468,7 +468,7 @@ class FairGANGenerator(Plugin):
         if self.model.eta is not None:
             eta = {"inputs": [f"{a}={k}" for a, n in zip(self.enc.attributes, self.enc.sizes, strict=True)
                               for k in range(n)],
-                   "w": self.model.eta.W[0, :, 0].tolist(), "b": float(self.model.eta.b[0, 0, 0])}
+                   "w": self.model.eta.W.detach()[0, :, 0].tolist(), "b": float(self.model.eta.b.detach()[0, 0, 0])}
             (run_dir / "eta.json").write_text(json.dumps(eta) + "\n")
 
 
