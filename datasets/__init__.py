@@ -311,6 +311,8 @@ def encode(df: pd.DataFrame, card: dict) -> Table:
         values = _strings(df[sens])
         s = (values == str(card["privileged"])).to_numpy(np.int64)
         meta["sensitive_values"] = sorted(values.unique())
+        meta["sensitive_column"] = sens
+    meta["label_column"] = label
     feats = card.get("features") or {}
     cols, names = [], []
     numeric = feats.get("numeric") or {}

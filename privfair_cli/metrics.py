@@ -293,3 +293,17 @@ def graph_recovery(true_adj, learned_adj) -> dict[str, float]:
     textbook = {f"{k}_textbook": v for k, v in skeleton_rates(learned_adj, true_adj).items()}
     published = {f"{k}_pub": v for k, v in skeleton_rates(true_adj, learned_adj).items()}
     return core | {"shd": float((e ^ t).sum())} | textbook | published | counts
+
+
+def pmf_distance(a: np.ndarray, b: np.ndarray) -> float:
+    """||P_a - P_b||_2 of the empirical row distributions of two tables with the same columns (fairgan.md §7:
+    each distinct row is a cell; PMF = count / rows; the norm runs over the cells seen in either table)."""
+    a, b = np.asarray(a), np.asarray(b)
+    if not len(a) or not len(b):
+        return float("nan")
+    _, inverse = np.unique(np.vstack([a, b]), axis=0, return_inverse=True)
+    inverse = inverse.ravel()
+    k = int(inverse.max()) + 1
+    pa = np.bincount(inverse[:len(a)], minlength=k) / len(a)
+    pb = np.bincount(inverse[len(a):], minlength=k) / len(b)
+    return float(np.linalg.norm(pa - pb))

@@ -13,7 +13,7 @@ from privfair_cli.errors import ConfigError
 TASK_KINDS = ("classifier", "generator", "graph", "embedding", "semi_supervised")
 
 # Modules under privfair_cli.algorithms whose import registers plugins (torch-free ones first).
-ALGORITHM_MODULES = ("logistic", "functional", "prefair", "causal", "dpne", "fes", "crfs", "dpsgd")
+ALGORITHM_MODULES = ("logistic", "functional", "prefair", "causal", "dpne", "fes", "crfs", "dpsgd", "fairgan")
 
 
 GUARANTEES = ("eps-DP", "(eps,delta)-DP", "zCDP", "heuristic", "none")

@@ -32,7 +32,10 @@ ROWS = {"bank_ssl": 3000}
 SMALL = ({name: ["algo.epochs=1", "algo.batch_size=32"] for name in ("sgd", "dpsgd", "dpsgd_f", "dpsgd_naive")}
          | {name: ["algo.epochs=1", "algo.batch_size=32", "algo.reference=false", "algo.sigma=4"]
             for name in ("dpsgd", "dpsgd_f", "dpsgd_naive")}
-         | {name: ["algo.mlp_epochs=2"] for name in ("mst", "prefair_greedy", "pfdr", "prefair_optimal")})
+         | {name: ["algo.mlp_epochs=2"] for name in ("mst", "prefair_greedy", "pfdr", "prefair_optimal")}
+         | {name: ["algo.profile=smoke"] for name in ("fairgan", "fairgan_plus_dp", "fairgan_plus_eo",
+                                                     "fairgan_plus_eop", "acgan")}
+         | {"adv_debias": ["algo.epochs=1"]})
 
 XFAIL: dict[tuple[str, str], str] = {}
 

@@ -1,0 +1,633 @@
+"""Fair data generation with GANs (fairgan.md; seed: Xu thesis ch. 6, FairGAN [111] and FairGAN+ [112]) and the
+baselines of Tables 6.1 / 6.2. "DP" here means demographic parity: nothing in this family is differentially
+private (privacy mechanism none, guarantee `none`).
+
+One implementation, `FairGANModel` (on the shared trainer `gan.py`), covers the generators through its flags:
+- `fairgan` (§2): `label_mode=generated` (G(z | s) outputs (x, y)), D1 on (x, y, s), D2 predicts s from the
+  generated (x, y), weight `lambda_`; no classifier, no D3;
+- `fairgan_plus_dp` / `_eo` / `_eop` (§3): `label_mode=conditioned` (G(z | y, s) outputs x; y', s' drawn
+  independently from the real marginals), D1 on (x, y, s), D2 predicts s from (x, y), a logistic-regression
+  classifier eta co-trained with G, and D3 predicting s from eta's output (`constraint` dp: eta(x); eo:
+  [eta(x), y]; eop: eta(x) on label-1 rows), weight `mu`;
+- `acgan` (§4): the FairGAN+ machinery with lambda = mu = 0 (no D2, no D3).
+Classifiers: `lr_real` (C1: scikit-learn LogisticRegression(max_iter=2000) on the real data; its run also reports
+the real table's data metrics, D1) and `adv_debias` (C4, §5: Zhang, Lemoine, Mitchell 2018 as in AIF360, with an
+LR predictor).
+
+Schedule (§2.3 / §3.4): AE pre-training, phase 1 with lambda = mu = 0, phase 2 with the configured weights; each
+iteration `d_steps` discriminator steps, then `g_steps` joint G(+decoder, + eta) steps, each on a fresh batch.
+`profile: full` runs the epochs of the config (the spec's 200 / 2000 / 2000 at batch 100); `fast` is spec §11's
+CPU profile (batch 500, 50 / 150 / 150 epochs); `smoke` is 5 epochs per phase at batch 100 (tests, CI).
+
+Metrics (spec §7, the published keys; every group rate through `metrics.GroupRates`): `rd_data` (the released
+table's own P(y=1|s=1) - P(y=1|s=0)), `ber` (LinearSVC(C=1) predicting s from x, fitted and scored on the released
+table, `ber_eval: same`, or fitted on it and scored on the real table, `real`), `dist_xy` / `dist_xys`
+(`metrics.pmf_distance`: L2 distance of the row PMFs, cells = distinct rows), and of the generator's classifier on
+the real data: `rd_clf`, `accuracy`, `dtpr`, `dfpr` (eta for FairGAN+ / ACGAN; for FairGAN, LogisticRegression
+(max_iter=2000) trained on its synthetic (x, y), C3). Plus the generic release metrics (`tvd_1way`, ...).
+The released table is the run's artifact `synthetic.csv.gz`: the input's discrete view, same columns and codes.
+
+Encoding: x is the one-hot of every attribute of the card's discrete view except the sensitive and label
+columns (Adult as spec §8.2: card `adult_fairgan`, 57 dims). The sensitive column must be two-valued.
+
+Deviations and choices (spec IDs):
+- A5: `ae_loss` bce (default) or mse. A6 / A7: full BCE for the classifier, per-player losses of §3.3.
+  A8: `d3_on` both (default) / real / fake; x-hat is detached inside the D3 term (G gets no gradient from V3).
+  A9: D2 sees generated samples only; the port's `d2_on_real` / `share_d_body` options are not implemented.
+  A10: `d2_balanced` (default true) applies to D2 and D3 alike. A11: `adv_mode` minimax (default) / flip.
+  A12: conditioning by the learned embedding; D1 gets the condition bits appended; discretisation by arg max per
+  one-hot group (`discretise: argmax`) or a categorical draw (`sample`), BN in inference mode when generating.
+- D3's architecture is not given anywhere: a one-hidden-layer MLP of width `d3_hidden` (ReLU) [rec, ours].
+- Real batches are drawn uniformly with replacement (independently per iteration), not epoch permutations;
+  one "epoch" is ceil(N / batch) iterations (§2.3).
+- L2 weight decay (0.001) is coupled Adam weight decay on the weight matrices (the gradient of the L2 term
+  medGAN adds to every loss); biases, BN parameters are not decayed.
+- `adv_debias`: AIF360's per-variable projection; lr 1e-3 decayed x0.96 every 1000 steps (staircase); 50
+  epochs of batch 128 over a per-epoch permutation; `adversary` eo (default, A14) or dp.
+- One seed per run: the trainer can train several seeds as one batched ensemble (`gan.py`, used by the benchmark),
+  but a privfair run fits one seed (`ensemble` is not a run option).
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+import pandas as pd
+import torch
+import torch.nn.functional as F
+
+from privfair_cli import metrics
+from privfair_cli.algorithms import gan
+from privfair_cli.errors import DataError
+from privfair_cli.registry import Plugin, register
+from privfair_cli.typed import bounds
+
+SEED_BITS = 62
+GEN_CHUNK = 10_000  # rows per generation pass
+# spec §11: the CPU profile and the smoke profile replace the configured schedule
+PROFILES = {"fast": {"batch_size": 500, "pretrain_epochs": 50, "phase1_epochs": 150, "phase2_epochs": 150},
+            "smoke": {"batch_size": 100, "pretrain_epochs": 5, "phase1_epochs": 5, "phase2_epochs": 5}}
+
+
+# ---------------------------------------------------------------------------------------------- configs
+@dataclass(frozen=True)
+class FairGANConfig:
+    """Every generator of the family (defaults per plugin in configs/algo/<name>.yaml)."""
+
+    label_mode: Literal["generated", "conditioned"]
+    lambda_: float = field(metadata=bounds(ge=0))
+    mu: float = field(metadata=bounds(ge=0))
+    constraint: Literal["dp", "eo", "eop", "none"]
+    profile: Literal["full", "fast", "smoke"]
+    pretrain_epochs: int = field(metadata=bounds(ge=0))
+    phase1_epochs: int = field(metadata=bounds(ge=0))
+    phase2_epochs: int = field(metadata=bounds(ge=0))
+    batch_size: int = field(metadata=bounds(ge=2))
+    d_steps: int = field(metadata=bounds(ge=1))
+    g_steps: int = field(metadata=bounds(ge=1))
+    noise_dim: int = field(metadata=bounds(ge=1))
+    d_hidden: list[int] = field(metadata=bounds(ge=1))
+    d3_hidden: int = field(metadata=bounds(ge=1))
+    lr: float = field(metadata=bounds(gt=0))
+    weight_decay: float = field(metadata=bounds(ge=0))
+    bn_momentum: float = field(metadata=bounds(gt=0, le=1))
+    ae_loss: Literal["bce", "mse"]
+    adv_mode: Literal["minimax", "flip"]
+    d2_balanced: bool
+    d3_on: Literal["both", "real", "fake"]
+    discretise: Literal["argmax", "sample"]
+    ber_eval: Literal["same", "real"]
+    threads: int = field(metadata=bounds(ge=1))
+
+    def schedule(self) -> dict[str, int]:
+        own = {k: getattr(self, k) for k in ("batch_size", "pretrain_epochs", "phase1_epochs", "phase2_epochs")}
+        return own | PROFILES.get(self.profile, {})
+
+
+# ---------------------------------------------------------------------------------------------- encoding
+@dataclass
+class Encoding:
+    """The one-hot x of the discrete view's attributes (all but sensitive and label) and the codes of s and y."""
+
+    attributes: list[str]
+    sizes: list[int]
+    columns: list[str]
+    sensitive: str
+    label: str
+    s_codes: tuple[int, int]  # discrete code of s = 0, s = 1
+    y_codes: tuple[int, int]
+
+    @property
+    def dim(self) -> int:
+        return int(sum(self.sizes))
+
+    def onehot(self, frame: pd.DataFrame) -> np.ndarray:
+        out = np.zeros((len(frame), self.dim), dtype=np.float32)
+        offset = 0
+        for col, k in zip(self.attributes, self.sizes, strict=True):
+            out[np.arange(len(frame)), offset + frame[col].to_numpy(np.int64)] = 1
+            offset += k
+        return out
+
+    def frame(self, codes: np.ndarray, y: np.ndarray, s: np.ndarray) -> pd.DataFrame:
+        cols = {a: codes[:, i] for i, a in enumerate(self.attributes)}
+        cols[self.sensitive] = np.where(s == 1, self.s_codes[1], self.s_codes[0])
+        cols[self.label] = np.where(y == 1, self.y_codes[1], self.y_codes[0])
+        return pd.DataFrame({c: cols[c].astype(np.int64) for c in self.columns})
+
+
+def _column_of(data, key: str, values: np.ndarray, role: str, card_key: str) -> tuple[str, tuple[int, int]]:
+    """The discrete-view column of the sensitive attribute / label and its codes for 0 and 1 (must be two-valued)."""
+    frame, where = data.frame, f"configs/data/{data.name}.yaml"
+    name = data.meta.get(key)
+    if name is None:
+        candidates = [c for c in (data.roles or {}).get(role, []) if c in frame.columns]
+        name = candidates[0] if len(candidates) == 1 else None
+    if name is None or name not in frame.columns:
+        raise DataError(f"data={data.name}: the discrete view has no column for the {card_key} attribute; add "
+                        f"`{card_key}` (and its `discrete:` entry) to {where}")
+    codes = frame[name].to_numpy(np.int64)
+    pairs = {(int(v), int(c)) for v, c in zip(values, codes, strict=True)}
+    mapping = dict(pairs)
+    if len(pairs) != len(mapping) or data.domain.get(name, 2) > 2 or len(set(mapping.values())) != len(mapping):
+        raise DataError(f"data={data.name}: the {card_key} attribute {name} has {data.domain.get(name)} values in the "
+                        f"discrete view; this family needs a binary one: declare it as "
+                        f"`discrete: {{{name}: {{one_of: [<value coded 1>]}}}}` in {where}")
+    other = {0: 1, 1: 0}
+    for v in (0, 1):
+        if v not in mapping:
+            mapping[v] = other[mapping[1 - v]] if (1 - v) in mapping else v
+    return name, (mapping[0], mapping[1])
+
+
+def encoding_of(data) -> Encoding:
+    if data.frame is None or not data.domain:
+        raise DataError(f"data={data.name}: this family reads the card's `discrete:` view; add it to "
+                        f"configs/data/{data.name}.yaml")
+    if data.s is None:
+        raise DataError(f"data={data.name}: the card has no sensitive attribute; add `sensitive` and `privileged` "
+                        f"to configs/data/{data.name}.yaml")
+    sens, s_codes = _column_of(data, "sensitive_column", data.s, "protected", "sensitive")
+    label, y_codes = _column_of(data, "label_column", data.y, "outcome", "label")
+    columns = list(data.frame.columns)
+    attrs = [c for c in columns if c not in (sens, label)]
+    if not attrs:
+        raise DataError(f"data={data.name}: no attribute besides {sens} and {label} to generate")
+    return Encoding(attrs, [int(data.domain[a]) for a in attrs], columns, sens, label, s_codes, y_codes)
+
+
+# ---------------------------------------------------------------------------------------------- the model
+class FairGANModel:
+    """FairGAN / FairGAN+ / ACGAN as one model of `E` members (gan.Ensemble). `fit(X, y, s)` trains;
+    `generate(n)` returns soft (x, y, s) of member-stacked shape; `eta_logits(X)` the classifier's."""
+
+    def __init__(self, cfg: FairGANConfig, groups: list[int], E: int = 1, device: str = "cpu", seed: int = 0):
+        self.cfg, self.groups = cfg, list(groups)
+        self.ens = ens = gan.Ensemble(E, device, seed)
+        self.n_x = int(sum(groups))
+        self.generated = cfg.label_mode == "generated"
+        self.vdim = self.n_x + (1 if self.generated else 0)
+        self.cond_bits = 1 if self.generated else 2
+        width = cfg.noise_dim
+        self.ae = gan.Autoencoder(ens, self.vdim, width)
+        self.G = gan.ResidualGenerator(ens, width, 2 if self.generated else 4, 2, cfg.bn_momentum)
+        hidden = list(cfg.d_hidden)
+        self.D1 = gan.MLP(ens, [self.vdim + self.cond_bits, *hidden, 1], minibatch_mean=True)
+        self.D2 = gan.MLP(ens, [self.n_x + 1, *hidden, 1], minibatch_mean=True) if cfg.lambda_ > 0 else None
+        self.eta = None if self.generated else gan.Linear(ens, self.n_x, 1)
+        if self.eta is not None:  # logistic regression starts at 0 (every prediction 1/2), not at random weights
+            self.eta.W.data.zero_()
+        use_d3 = cfg.mu > 0 and self.eta is not None and cfg.constraint != "none"
+        self.D3 = gan.MLP(ens, [2 if cfg.constraint == "eo" else 1, cfg.d3_hidden, 1]) if use_d3 else None
+        self.d_modules = [m for m in (self.D1, self.D2, self.D3) if m is not None]
+        self.g_modules = [m for m in (self.G, self.ae.dec, self.eta) if m is not None]
+        self.opt_ae = gan.adam([self.ae], cfg.lr, cfg.weight_decay)
+        self.opt_d = gan.adam(self.d_modules, cfg.lr, cfg.weight_decay)
+        self.opt_g = gan.adam(self.g_modules, cfg.lr, cfg.weight_decay)
+        self.d_params = [p for m in self.d_modules for p in m.parameters()]
+        self.g_params = [p for m in self.g_modules for p in m.parameters()]
+
+    # -- data
+    def set_data(self, X: np.ndarray, y: np.ndarray, s: np.ndarray) -> None:
+        dev = self.ens.device
+        self.X = torch.as_tensor(X, dtype=torch.float32, device=dev)
+        self.y = torch.as_tensor(y, dtype=torch.float32, device=dev)
+        self.s = torch.as_tensor(s, dtype=torch.float32, device=dev)
+        self.V = torch.cat([self.X, self.y[:, None]], 1) if self.generated else self.X
+        self.p_s, self.p_y = float(self.s.mean()), float(self.y.mean())
+
+    def real_batch(self, B: int):
+        idx = gan.batches(self.ens, len(self.X), B)
+        return self.V[idx], self.y[idx], self.s[idx]
+
+    def fake_batch(self, B: int):
+        """(v-hat soft (E, B, vdim), y' (E, B), s' (E, B)); y' is the generated label in `generated` mode."""
+        s = (self.ens.rand(B) < self.p_s).float()
+        if self.generated:
+            c = s.long()
+        else:
+            y = (self.ens.rand(B) < self.p_y).float()
+            c = (2 * y + s).long()
+        v = self.ae.decode(self.G(self.ens.randn(B, self.cfg.noise_dim), c))
+        if self.generated:
+            y = v[..., -1]
+        return v, y, s
+
+    def _cond(self, v, y, s):
+        bits = s[..., None] if self.generated else torch.stack([y, s], -1)
+        return torch.cat([v, bits], -1)
+
+    def _d2_input(self, v, y):
+        return v if self.generated else torch.cat([v, y[..., None]], -1)
+
+    def _weights(self, s, mask=None):
+        if self.cfg.d2_balanced:
+            return gan.balanced_weights(s, mask)
+        m = torch.ones_like(s) if mask is None else mask.to(s.dtype)
+        return m / m.sum(1, keepdim=True).clamp_min(1.0)
+
+    def _d3_terms(self, x_real, y_real, s_real, x_fake, y_fake, s_fake):
+        """D3's logits, targets s and row weights on the samples `d3_on` names (x-hat detached, A8)."""
+        parts = {"real": (x_real, y_real, s_real), "fake": (x_fake.detach(), y_fake, s_fake)}
+        chosen = [parts["real"], parts["fake"]] if self.cfg.d3_on == "both" else [parts[self.cfg.d3_on]]
+        x = torch.cat([c[0] for c in chosen], 1)
+        y = torch.cat([c[1] for c in chosen], 1)
+        s = torch.cat([c[2] for c in chosen], 1)
+        p = torch.sigmoid(self.eta(x))
+        inp = torch.cat([p, y[..., None]], -1) if self.cfg.constraint == "eo" else p
+        mask = (y > 0.5) if self.cfg.constraint == "eop" else None
+        return self.D3(inp)[..., 0], s, self._weights(s, mask)
+
+    # -- losses (per member, shape (E,))
+    def d_loss(self, real, fake, lam: float, mu: float) -> torch.Tensor:
+        (v, y, s), (vf, yf, sf) = real, fake
+        loss = gan.bce(self.D1(self._cond(v, y, s))[..., 0], torch.ones_like(s)) + gan.bce(
+            self.D1(self._cond(vf, yf, sf))[..., 0], torch.zeros_like(sf))
+        if self.D2 is not None:
+            loss = loss + lam * gan.bce(self.D2(self._d2_input(vf, yf))[..., 0], sf, self._weights(sf))
+        if self.D3 is not None:
+            logits, target, w = self._d3_terms(v, y, s, vf, yf, sf)
+            loss = loss + mu * gan.bce(logits, target, w)
+        return loss
+
+    def g_loss(self, real, fake, lam: float, mu: float) -> torch.Tensor:
+        """G's (and decoder's) loss plus eta's: the gradient w.r.t. G and eta of this sum is each player's own."""
+        (v, y, s), (vf, yf, sf) = real, fake
+        loss = gan.bce(self.D1(self._cond(vf, yf, sf))[..., 0], torch.ones_like(sf))
+        if self.D2 is not None:
+            logits, w = self.D2(self._d2_input(vf, yf))[..., 0], self._weights(sf)
+            loss = loss + lam * (-gan.bce(logits, sf, w) if self.cfg.adv_mode == "minimax" else gan.bce(
+                logits, 1 - sf, w))
+        if self.eta is not None:
+            loss = loss + gan.bce(self.eta(vf)[..., 0], yf) + gan.bce(self.eta(v)[..., 0], y)
+        if self.D3 is not None:
+            logits, target, w = self._d3_terms(v, y, s, vf, yf, sf)
+            loss = loss + mu * (-gan.bce(logits, target, w) if self.cfg.adv_mode == "minimax" else gan.bce(
+                logits, 1 - target, w))
+        return loss
+
+    # -- training
+    def pretrain_step(self, B: int) -> float:
+        v, _, _ = self.real_batch(B)
+        logits = self.ae.decode_logits(self.ae.encode(v))
+        if self.cfg.ae_loss == "bce":
+            per = F.binary_cross_entropy_with_logits(logits, v, reduction="none")
+        else:
+            per = (torch.sigmoid(logits) - v) ** 2
+        loss = per.sum(2).mean(1)
+        gan.step(self.opt_ae, self.ae.parameters(), loss.sum())
+        return float(loss.detach().mean())
+
+    def iteration(self, B: int, lam: float, mu: float) -> None:
+        for _ in range(self.cfg.d_steps):
+            real = self.real_batch(B)
+            with torch.no_grad():
+                fake = self.fake_batch(B)
+            gan.step(self.opt_d, self.d_params, self.d_loss(real, fake, lam, mu).sum())
+        for _ in range(self.cfg.g_steps):
+            real = self.real_batch(B)
+            gan.step(self.opt_g, self.g_params, self.g_loss(real, self.fake_batch(B), lam, mu).sum())
+
+    def fit(self, X, y, s, description: str = "fairgan") -> FairGANModel:
+        self.set_data(X, y, s)
+        sched = self.cfg.schedule()
+        B = sched["batch_size"]
+        per_epoch = math.ceil(len(X) / B)
+        gan.train_loop(sched["pretrain_epochs"] * per_epoch, lambda i: self.pretrain_step(B) and None,
+                       f"{description} autoencoder")
+        phases = [(sched["phase1_epochs"], 0.0, 0.0), (sched["phase2_epochs"], self.cfg.lambda_, self.cfg.mu)]
+        total = sum(e for e, _, _ in phases) * per_epoch
+        done = [0]
+
+        def one(i):
+            e1 = phases[0][0] * per_epoch
+            lam, mu = (0.0, 0.0) if i < e1 else (phases[1][1], phases[1][2])
+            self.iteration(B, lam, mu)
+            done[0] += 1
+
+        self.G.train()
+        gan.train_loop(total, one, f"{description} GAN")
+        return self
+
+    @torch.no_grad()
+    def generate(self, n: int, seed: int):
+        """Soft records: v (E, n, vdim), y (E, n), s (E, n), with BN in inference mode."""
+        self.G.eval()
+        self.ens.generator.manual_seed(int(seed))
+        vs, ys, ss = [], [], []
+        for k in range(0, n, GEN_CHUNK):
+            v, y, s = self.fake_batch(min(GEN_CHUNK, n - k))
+            vs.append(v), ys.append(y), ss.append(s)
+        self.G.train()
+        return torch.cat(vs, 1), torch.cat(ys, 1), torch.cat(ss, 1)
+
+    @torch.no_grad()
+    def eta_proba(self, X: np.ndarray) -> np.ndarray:
+        """(E, n) probabilities of eta."""
+        Xt = torch.as_tensor(X, dtype=torch.float32, device=self.ens.device)
+        return torch.sigmoid(self.eta(Xt.expand(self.ens.E, -1, -1))[..., 0]).cpu().numpy()
+
+
+def discretise(v: np.ndarray, groups: list[int], how: str, rng: np.random.Generator) -> np.ndarray:
+    """(n, len(groups)) codes from soft one-hot blocks: arg max per block, or one categorical draw per block."""
+    out = np.empty((v.shape[0], len(groups)), dtype=np.int64)
+    offset = 0
+    for j, k in enumerate(groups):
+        block = v[:, offset:offset + k]
+        if how == "argmax":
+            out[:, j] = block.argmax(1)
+        else:
+            p = block / np.maximum(block.sum(1, keepdims=True), 1e-12)
+            out[:, j] = (rng.random((len(p), 1)) > np.cumsum(p, 1)).sum(1).clip(0, k - 1)
+        offset += k
+    return out
+
+
+# ---------------------------------------------------------------------------------------------- metrics
+def data_metrics(Xs, ys, ss, Xr, yr, sr, ber_eval: str = "same") -> dict[str, float]:
+    """Spec §7 data metrics of a table (Xs, ys, ss) against the real one: rd_data, ber, dist_xy, dist_xys."""
+    from sklearn.svm import LinearSVC
+
+    ys, ss = np.asarray(ys).astype(int), np.asarray(ss).astype(int)
+    out = {"rd_data": metrics.GroupRates(ys, ys, ss).difference("positive_rate")}
+    if len(np.unique(ss)) < 2:
+        out["ber"] = float("nan")
+    else:
+        svm = LinearSVC(C=1.0).fit(Xs, ss)
+        Xe, se = (Xs, ss) if ber_eval == "same" else (Xr, np.asarray(sr).astype(int))
+        out["ber"] = metrics.ber(se, svm.predict(Xe))
+    real_xy = np.column_stack([Xr, yr])
+    synth_xy = np.column_stack([Xs, ys])
+    out["dist_xy"] = metrics.pmf_distance(real_xy, synth_xy)
+    out["dist_xys"] = metrics.pmf_distance(np.column_stack([real_xy, sr]), np.column_stack([synth_xy, ss]))
+    return out
+
+
+def classifier_metrics(y, yhat, s) -> dict[str, float]:
+    """Spec §7 classifier metrics on the real data: rd_clf, accuracy, dtpr, dfpr (+ the generic ones)."""
+    out = metrics.classification(y, yhat, s)
+    return out | {"rd_clf": out["risk_difference"]}
+
+
+def fit_lr(X, y):
+    from sklearn.linear_model import LogisticRegression
+
+    if len(np.unique(y)) < 2:
+        const = int(np.asarray(y)[0]) if len(y) else 0
+        return lambda Z: np.full(len(Z), const)
+    model = LogisticRegression(max_iter=2000).fit(X, y)
+    return lambda Z: model.predict(Z).astype(int)
+
+
+# ---------------------------------------------------------------------------------------------- plugins
+class FairGANGenerator(Plugin):
+    """The family's generators (fairgan, fairgan_plus_dp / eo / eop, acgan): one model, flags from the config."""
+
+    kind = "generator"
+    needs = ("discrete", "sensitive", "binary_label")
+    private = False
+    guarantee = "none"
+    cuda = True
+    Config = FairGANConfig
+
+    def fit(self, data, budget, ledger, rng, device="cpu"):
+        t0 = time.perf_counter()
+        self.enc = encoding_of(data)
+        X = self.enc.onehot(data.frame)
+        seed = int(np.random.default_rng(rng.integers(2**SEED_BITS)).integers(2**SEED_BITS))
+        self.sample_seed = seed + 1
+        threads = self.cfg.threads if device == "cpu" else torch.get_num_threads()
+        with gan.torch_threads(threads):
+            self.model = FairGANModel(self.cfg, self.enc.sizes, 1, device, seed).fit(
+                X, data.y, data.s, self.name)
+        self.fit_seconds = time.perf_counter() - t0
+        return self
+
+    def sample(self, n, rng) -> pd.DataFrame:
+        v, y, s = self.model.generate(int(n), int(rng.integers(2**SEED_BITS)))
+        v, y, s = v[0].cpu().numpy(), y[0].cpu().numpy(), s[0].cpu().numpy().astype(int)
+        codes = discretise(v[:, :self.model.n_x], self.enc.sizes, self.cfg.discretise, rng)
+        y = (y >= 0.5).astype(int)
+        self.synthetic = self.enc.frame(codes, y, s)
+        return self.synthetic
+
+    def classify(self, X_real, frame_synth) -> np.ndarray:
+        """The run's classifier on the real x: eta (FairGAN+ / ACGAN), else LR trained on the synthetic (x, y)."""
+        if self.model.eta is not None:
+            return (self.model.eta_proba(X_real)[0] >= 0.5).astype(int)
+        Xs = self.enc.onehot(frame_synth)
+        ys = (frame_synth[self.enc.label].to_numpy() == self.enc.y_codes[1]).astype(int)
+        return fit_lr(Xs, ys)(X_real)
+
+    def evaluate(self, train, test, rng) -> dict[str, float]:
+        t0 = time.perf_counter()
+        synth = self.sample(len(train), rng)
+        runtime = self.fit_seconds + time.perf_counter() - t0
+        Xs = self.enc.onehot(synth)
+        ys = (synth[self.enc.label].to_numpy() == self.enc.y_codes[1]).astype(int)
+        ss = (synth[self.enc.sensitive].to_numpy() == self.enc.s_codes[1]).astype(int)
+        Xr = self.enc.onehot(train.frame)
+        out = data_metrics(Xs, ys, ss, Xr, train.y, train.s, self.cfg.ber_eval)
+        Xt = self.enc.onehot(test.frame)
+        out |= classifier_metrics(test.y, self.classify(Xt, synth), test.s)
+        out |= metrics.release_metrics(train.frame, synth, train.domain)
+        return out | {"runtime": runtime, "n_synthetic": len(synth), "x_dims": self.enc.dim}
+
+    def artifacts(self, run_dir) -> None:
+        run_dir = Path(run_dir)
+        run_dir.mkdir(parents=True, exist_ok=True)
+        with gzip.open(run_dir / "synthetic.csv.gz", "wt") as f:
+            self.synthetic.to_csv(f, index=False)
+        if self.model.eta is not None:
+            eta = {"inputs": [f"{a}={k}" for a, n in zip(self.enc.attributes, self.enc.sizes, strict=True)
+                              for k in range(n)],
+                   "w": self.model.eta.W.detach()[0, :, 0].tolist(), "b": float(self.model.eta.b.detach()[0, 0, 0])}
+            (run_dir / "eta.json").write_text(json.dumps(eta) + "\n")
+
+
+@register
+class FairGAN(FairGANGenerator):
+    """`fairgan`: FairGAN (§2), G(z | s) generates (x, y); D2 removes s from (x, y)."""
+
+    name = "fairgan"
+
+
+@register
+class FairGANPlusDP(FairGANGenerator):
+    """`fairgan_plus_dp`: FairGAN+ with the demographic-parity (not differential privacy) classifier constraint."""
+
+    name = "fairgan_plus_dp"
+
+
+@register
+class FairGANPlusEO(FairGANGenerator):
+    """`fairgan_plus_eo`: FairGAN+ with the equality-of-odds classifier constraint."""
+
+    name = "fairgan_plus_eo"
+
+
+@register
+class FairGANPlusEOp(FairGANGenerator):
+    """`fairgan_plus_eop`: FairGAN+ with the equality-of-opportunity constraint (not evaluated in the seed)."""
+
+    name = "fairgan_plus_eop"
+
+
+@register
+class ACGAN(FairGANGenerator):
+    """`acgan`: the FairGAN+ machinery with lambda = mu = 0 (conditional generator + co-trained LR, no fairness)."""
+
+    name = "acgan"
+
+
+# ---------------------------------------------------------------------------------------------- classifiers
+@dataclass(frozen=True)
+class LRRealConfig:
+    max_iter: int = field(metadata=bounds(ge=1))
+    ber_eval: Literal["same"]
+
+
+class _RealClassifier(Plugin):
+    kind = "classifier"
+    needs = ("label", "features", "sensitive")
+    private = False
+    guarantee = "none"
+
+    def evaluate(self, train, test, rng) -> dict[str, float]:
+        return classifier_metrics(test.y, self.predict(test.X), test.s)
+
+
+@register
+class LRReal(_RealClassifier):
+    """`lr_real` (C1 / D1): LogisticRegression(max_iter) on the real features; its run also reports the real
+    table's data metrics rd_data and ber (D1-Real; dist is NA for the real data)."""
+
+    name = "lr_real"
+    Config = LRRealConfig
+
+    def fit(self, data, budget, ledger, rng, device="cpu"):
+        from sklearn.linear_model import LogisticRegression
+
+        self.model = LogisticRegression(max_iter=self.cfg.max_iter).fit(data.X, data.y)
+        return self
+
+    def predict(self, X):
+        return self.model.predict(X).astype(int)
+
+    def predict_proba(self, X):
+        return self.model.predict_proba(X)[:, 1]
+
+    def evaluate(self, train, test, rng):
+        real = data_metrics(train.X, train.y, train.s, train.X, train.y, train.s)
+        return super().evaluate(train, test, rng) | {"rd_data": real["rd_data"], "ber": real["ber"]}
+
+
+@dataclass(frozen=True)
+class AdvDebiasConfig:
+    adversary: Literal["eo", "dp"]
+    alpha: float = field(metadata=bounds(ge=0))
+    epochs: int = field(metadata=bounds(ge=1))
+    batch_size: int = field(metadata=bounds(ge=1))
+    lr: float = field(metadata=bounds(gt=0))
+    decay_rate: float = field(metadata=bounds(gt=0, le=1))
+    decay_steps: int = field(metadata=bounds(ge=1))
+    threads: int = field(metadata=bounds(ge=1))
+
+
+def adversarial_debiasing(X, y, s, cfg: AdvDebiasConfig, seed: int, device: str = "cpu", progress: bool = True):
+    """Zhang, Lemoine, Mitchell (2018) as AIF360 implements it (fairgan.md §5), LR predictor. Returns (w, b)."""
+    g = torch.Generator().manual_seed(int(seed))
+    Xt = torch.as_tensor(X, dtype=torch.float32, device=device)
+    yt = torch.as_tensor(y, dtype=torch.float32, device=device)
+    st = torch.as_tensor(s, dtype=torch.float32, device=device)
+    d = Xt.shape[1]
+    w = (torch.randn(d, 1, generator=g) * 0.1).to(device).requires_grad_()
+    b = torch.zeros(1, device=device, requires_grad=True)
+    c = torch.ones(1, device=device, requires_grad=True)
+    k = 3 if cfg.adversary == "eo" else 1
+    W2 = (torch.randn(k, 1, generator=g) * 0.1).to(device).requires_grad_()
+    b2 = torch.zeros(1, device=device, requires_grad=True)
+    pred, adv = [w, b], [c, W2, b2]
+    opt_p = torch.optim.Adam(pred, lr=cfg.lr)
+    opt_a = torch.optim.Adam(adv, lr=cfg.lr)
+    n = len(Xt)
+    steps_per_epoch = math.ceil(n / cfg.batch_size)
+    sched = [torch.optim.lr_scheduler.LambdaLR(
+        o, lambda t: cfg.decay_rate ** (t // cfg.decay_steps)) for o in (opt_p, opt_a)]
+
+    def epoch(e):
+        perm = torch.randperm(n, generator=g).to(device)
+        for i in range(steps_per_epoch):
+            idx = perm[i * cfg.batch_size:(i + 1) * cfg.batch_size]
+            xb, yb, sb = Xt[idx], yt[idx], st[idx]
+            logit = (xb @ w)[:, 0] + b
+            loss_p = F.binary_cross_entropy_with_logits(logit, yb)
+            p = torch.sigmoid((1 + c.abs()) * logit)
+            feats = torch.stack([p, p * yb, p * (1 - yb)], 1) if k == 3 else p[:, None]
+            loss_a = F.binary_cross_entropy_with_logits((feats @ W2)[:, 0] + b2, sb)
+            gp = torch.autograd.grad(loss_p, pred, retain_graph=True)
+            ga = torch.autograd.grad(loss_a, pred, retain_graph=True)
+            for param, gpi, gai in zip(pred, gp, ga, strict=True):
+                unit = gai / (gai.norm() + 1e-8)
+                param.grad = gpi - (gpi * unit).sum() * unit - cfg.alpha * gai
+            opt_p.step()
+            gadv = torch.autograd.grad(loss_a, adv)
+            for param, gi in zip(adv, gadv, strict=True):
+                param.grad = gi
+            opt_a.step()
+            for sc in sched:
+                sc.step()
+
+    with gan.torch_threads(cfg.threads):
+        if progress:
+            gan.train_loop(cfg.epochs, epoch, "adv_debias", unit="epochs", every=1)
+        else:
+            for e in range(cfg.epochs):
+                epoch(e)
+    return w.detach().cpu().numpy()[:, 0], float(b.detach())
+
+
+@register
+class AdvDebias(_RealClassifier):
+    """`adv_debias` (C4): adversarial debiasing with an LR predictor on the real data (§5)."""
+
+    name = "adv_debias"
+    Config = AdvDebiasConfig
+
+    def fit(self, data, budget, ledger, rng, device="cpu"):
+        seed = int(np.random.default_rng(rng.integers(2**SEED_BITS)).integers(2**31))
+        self.w, self.b = adversarial_debiasing(data.X, data.y, data.s, self.cfg, seed)
+        return self
+
+    def predict_proba(self, X):
+        return 1 / (1 + np.exp(-(np.asarray(X, float) @ self.w + self.b)))
+
+    def predict(self, X):
+        return (self.predict_proba(X) >= 0.5).astype(int)

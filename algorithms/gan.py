@@ -1,0 +1,266 @@
+"""The shared GAN trainer of privfair: networks and a training loop for tabular GANs (FairGAN family in
+`fairgan.py`; written to be reused by the causal GAN and the private GAN baselines).
+
+Every network is an *ensemble* of `E` independent members whose parameters are stacked along a leading axis:
+a weight is a tensor `(E, fan_in, fan_out)`, an activation `(E, batch, width)`, and a layer is one batched matmul
+(`torch.baddbmm`). E seeds are therefore trained together as one model: losses are summed over members, so every
+member gets exactly its own gradient, and Adam (elementwise) on the stacked tensors is E independent Adams.
+`E = 1` is an ordinary single model. (This is the stacked-parameter form of `torch.func.stack_module_state` +
+`vmap`, written out, because batched matmuls avoid vmap's per-call overhead on networks this small.)
+
+API (all tensors on one device, float32):
+
+- `Ensemble(E, device, seed)`: holds the members' count, the device and a seeded `torch.Generator`
+  (`randn`, `rand`, `randint` draw `(E, ...)` tensors from it). Member k's numbers depend on the seed and on E
+  (a 5-member ensemble is not 5 solo runs bit for bit; each member is an equally valid seeded run).
+- `Linear(ens, fan_in, fan_out, bias=True)`: Glorot-uniform weights, zero bias; `layer(x)`.
+- `MLP(ens, sizes, hidden="relu", out=None, minibatch_mean=False)`: `sizes = [in, h1, ..., out]`; with
+  `minibatch_mean` the input is concatenated with its batch mean first (medGAN's minibatch averaging, so the
+  first layer reads `2 * in` features).
+- `BatchNorm(ens, width, momentum)`: batch statistics in training mode, running statistics in eval mode
+  (`momentum` = weight of the new batch, torch convention: TF decay 0.99 = 0.01).
+- `ResidualGenerator(ens, noise_dim, n_conditions, layers=2, momentum=0.01)`: medGAN / FairGAN generator:
+  `h0 = z * E_c[c]` (embedding U(-1, 1)), `h <- relu(BN(W h)) + h` per layer, output `tanh(BN(W h)) + h`,
+  linear layers without bias. `gen(z, c)`.
+- `Autoencoder(ens, dim, code)`: `encode(v) = tanh(W_e v + b_e)`, `decode_logits(e) = W_d e + b_d`,
+  `decode(e) = sigmoid(...)`.
+- `Module.parameters()` / `weights()` / `others()`: the stacked tensors (weights get the L2 decay).
+- `adam(modules, lr, weight_decay)`: one `torch.optim.Adam` over the modules, weight decay (coupled L2, the
+  gradient of `wd/2 ||W||^2` added to each weight's gradient, as medGAN adds the L2 term to every loss) on the
+  weight matrices only.
+- `bce(logits, target, weight=None)`: per-member binary cross-entropy `(E,)`, mean over the batch, or the
+  weighted sum with per-row `weight` (`balanced_weights(s)` gives the class-balanced weights of FairGAN's V2/V3).
+- `batches(ens, n, batch)`: `(E, batch)` row indices, an independent uniform draw per member.
+- `train_loop(total, step, description, unit="iterations")`: calls `step(i)` for i < total under the project's
+  progress bar (`privfair_cli.progress`); `step` may return a short info string.
+- `torch_threads(n)`: context manager setting torch's intra-op threads (1 for these tiny networks on CPU).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+
+import torch
+import torch.nn.functional as F
+
+from privfair_cli import progress
+
+
+class Ensemble:
+    """E members on one device with one seeded torch generator."""
+
+    def __init__(self, E: int, device: str = "cpu", seed: int = 0):
+        self.E, self.device = int(E), torch.device(device)
+        self.generator = torch.Generator(device=self.device)
+        self.generator.manual_seed(int(seed))
+
+    def randn(self, *shape) -> torch.Tensor:
+        return torch.randn(self.E, *shape, generator=self.generator, device=self.device)
+
+    def rand(self, *shape) -> torch.Tensor:
+        return torch.rand(self.E, *shape, generator=self.generator, device=self.device)
+
+    def randint(self, high: int, *shape) -> torch.Tensor:
+        return torch.randint(high, (self.E, *shape), generator=self.generator, device=self.device)
+
+
+class Module:
+    """A set of stacked parameter tensors (leading axis E) and sub-modules."""
+
+    def _children(self):
+        return [v for v in vars(self).values() if isinstance(v, Module)] + [
+            m for v in vars(self).values() if isinstance(v, list) for m in v if isinstance(m, Module)]
+
+    def _own(self) -> list[tuple[torch.Tensor, bool]]:
+        return []
+
+    def _all(self):
+        out = list(self._own())
+        for child in self._children():
+            out += child._all()
+        return out
+
+    def parameters(self) -> list[torch.Tensor]:
+        return [p for p, _ in self._all()]
+
+    def weights(self) -> list[torch.Tensor]:
+        return [p for p, w in self._all() if w]
+
+    def others(self) -> list[torch.Tensor]:
+        return [p for p, w in self._all() if not w]
+
+    def train(self, mode: bool = True) -> Module:
+        for child in self._children():
+            child.train(mode)
+        return self
+
+    def eval(self) -> Module:
+        return self.train(False)
+
+
+def _param(t: torch.Tensor) -> torch.Tensor:
+    return t.requires_grad_(True)
+
+
+class Linear(Module):
+    def __init__(self, ens: Ensemble, fan_in: int, fan_out: int, bias: bool = True):
+        bound = math.sqrt(6.0 / (fan_in + fan_out))
+        self.W = _param((ens.rand(fan_in, fan_out) * 2 - 1) * bound)
+        self.b = _param(torch.zeros(ens.E, 1, fan_out, device=ens.device)) if bias else None
+
+    def _own(self):
+        return [(self.W, True)] + ([(self.b, False)] if self.b is not None else [])
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.baddbmm(self.b, x, self.W) if self.b is not None else torch.bmm(x, self.W)
+
+
+ACTIVATIONS = {"relu": torch.relu, "tanh": torch.tanh, "sigmoid": torch.sigmoid, None: lambda x: x}
+
+
+class MLP(Module):
+    def __init__(self, ens: Ensemble, sizes: list[int], hidden: str = "relu", out: str | None = None,
+                 minibatch_mean: bool = False):
+        self.minibatch_mean = minibatch_mean
+        first = sizes[0] * (2 if minibatch_mean else 1)
+        dims = [first, *sizes[1:]]
+        self.layers = [Linear(ens, a, b) for a, b in zip(dims[:-1], dims[1:], strict=True)]
+        self.hidden, self.out = ACTIVATIONS[hidden], ACTIVATIONS[out]
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        layers = self.layers
+        if self.minibatch_mean:  # [x, mean(x)] W = x W_top + mean(x) W_bottom: the batch-mean half once per batch
+            first, k = layers[0], x.shape[-1]
+            top = torch.bmm(x, first.W[:, :k])
+            bottom = torch.baddbmm(first.b, x.mean(1, keepdim=True), first.W[:, k:])
+            x = self.hidden(top + bottom) if len(layers) > 1 else top + bottom
+            layers = layers[1:]
+            if not layers:
+                return self.out(x)
+        for layer in layers[:-1]:
+            x = self.hidden(layer(x))
+        return self.out(layers[-1](x))
+
+
+class BatchNorm(Module):
+    def __init__(self, ens: Ensemble, width: int, momentum: float = 0.01, eps: float = 1e-3):
+        self.scale = _param(torch.ones(ens.E, 1, width, device=ens.device))
+        self.shift = _param(torch.zeros(ens.E, 1, width, device=ens.device))
+        self.mean = torch.zeros(ens.E, 1, width, device=ens.device)
+        self.var = torch.ones(ens.E, 1, width, device=ens.device)
+        self.momentum, self.eps, self.training = momentum, eps, True
+
+    def _own(self):
+        return [(self.scale, False), (self.shift, False)]
+
+    def train(self, mode: bool = True):
+        self.training = mode
+        return self
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        if self.training:
+            var, mean = torch.var_mean(x, dim=1, keepdim=True, unbiased=False)
+            with torch.no_grad():
+                self.mean.lerp_(mean, self.momentum)
+                self.var.lerp_(var, self.momentum)
+        else:
+            mean, var = self.mean, self.var
+        return (x - mean) * torch.rsqrt(var + self.eps) * self.scale + self.shift
+
+
+class ResidualGenerator(Module):
+    """medGAN's generator with FairGAN's condition embedding (fairgan.md §1.3)."""
+
+    def __init__(self, ens: Ensemble, noise_dim: int, n_conditions: int, layers: int = 2, momentum: float = 0.01):
+        self.embedding = _param(ens.rand(n_conditions, noise_dim) * 2 - 1)
+        self.linears = [Linear(ens, noise_dim, noise_dim, bias=False) for _ in range(layers + 1)]
+        self.norms = [BatchNorm(ens, noise_dim, momentum) for _ in range(layers + 1)]
+        self.noise_dim = noise_dim
+
+    def _own(self):
+        return [(self.embedding, True)]
+
+    def __call__(self, z: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
+        """z: (E, B, noise_dim); c: (E, B) condition codes."""
+        emb = torch.gather(self.embedding, 1, c.unsqueeze(-1).expand(-1, -1, self.noise_dim))
+        h = z * emb
+        for lin, bn in zip(self.linears[:-1], self.norms[:-1], strict=True):
+            h = torch.relu(bn(lin(h))) + h
+        return torch.tanh(self.norms[-1](self.linears[-1](h))) + h
+
+
+class Autoencoder(Module):
+    """medGAN's autoencoder without hidden layers: tanh encoder, sigmoid decoder."""
+
+    def __init__(self, ens: Ensemble, dim: int, code: int):
+        self.enc = Linear(ens, dim, code)
+        self.dec = Linear(ens, code, dim)
+
+    def encode(self, v: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(self.enc(v))
+
+    def decode_logits(self, e: torch.Tensor) -> torch.Tensor:
+        return self.dec(e)
+
+    def decode(self, e: torch.Tensor) -> torch.Tensor:
+        return torch.sigmoid(self.dec(e))
+
+
+def adam(modules: list[Module], lr: float = 1e-3, weight_decay: float = 0.0,
+         betas: tuple[float, float] = (0.9, 0.999)) -> torch.optim.Adam:
+    weights = [p for m in modules for p in m.weights()]
+    others = [p for m in modules for p in m.others()]
+    groups = [{"params": weights, "weight_decay": weight_decay}, {"params": others, "weight_decay": 0.0}]
+    groups = [g for g in groups if g["params"]]
+    try:
+        return torch.optim.Adam(groups, lr=lr, betas=betas, fused=True)
+    except (RuntimeError, TypeError):  # a device or dtype without the fused kernel
+        return torch.optim.Adam(groups, lr=lr, betas=betas, foreach=True)
+
+
+def step(optimizer: torch.optim.Optimizer, params: list[torch.Tensor], loss: torch.Tensor) -> None:
+    """One optimiser step on `params` only: their gradients of `loss` (no gradient of any other tensor)."""
+    grads = torch.autograd.grad(loss, params, allow_unused=True)
+    for p, g in zip(params, grads, strict=True):
+        p.grad = g if g is not None else torch.zeros_like(p)
+    optimizer.step()
+
+
+def bce(logits: torch.Tensor, target: torch.Tensor, weight: torch.Tensor | None = None) -> torch.Tensor:
+    """Per-member BCE with logits, (E,): batch mean, or sum of `weight * bce` over the batch."""
+    loss = F.binary_cross_entropy_with_logits(logits, target, reduction="none")
+    loss = loss.flatten(1) if loss.dim() > 2 else loss
+    return loss.mean(1) if weight is None else (loss * weight).sum(1)
+
+
+def balanced_weights(s: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+    """Row weights (E, B) making a batch sum the average of the two group means (s = 1 and s = 0), within `mask`
+    (rows outside get 0); an empty group contributes 0."""
+    m = torch.ones_like(s) if mask is None else mask.to(s.dtype)
+    n1 = (s * m).sum(1, keepdim=True).clamp_min(1.0)
+    n0 = ((1 - s) * m).sum(1, keepdim=True).clamp_min(1.0)
+    return m * (s / (2 * n1) + (1 - s) / (2 * n0))
+
+
+def batches(ens: Ensemble, n: int, batch: int) -> torch.Tensor:
+    """(E, batch) row indices drawn uniformly with replacement, independently per member."""
+    return ens.randint(n, batch)
+
+
+def train_loop(total: int, step_fn, description: str, unit: str = "iterations", every: int = 50) -> None:
+    with progress.Bar(total, description, unit=unit, transient=True) as bar:
+        for i in range(total):
+            info = step_fn(i)
+            if (i + 1) % every == 0 or i + 1 == total:
+                bar.update(i + 1, info or "")
+
+
+@contextlib.contextmanager
+def torch_threads(n: int):
+    before = torch.get_num_threads()
+    torch.set_num_threads(max(1, int(n)))
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
