@@ -293,3 +293,29 @@ def graph_recovery(true_adj, learned_adj) -> dict[str, float]:
     textbook = {f"{k}_textbook": v for k, v in skeleton_rates(learned_adj, true_adj).items()}
     published = {f"{k}_pub": v for k, v in skeleton_rates(true_adj, learned_adj).items()}
     return core | {"shd": float((e ^ t).sum())} | textbook | published | counts
+
+
+def lrd(real: np.ndarray, synthetic: np.ndarray, rng: np.random.Generator, folds: int = 3) -> float:
+    """Logistic detection (SDMetrics `LogisticDetection`; ffpdg.md §7, F14): real rows labelled 1, synthetic rows 0,
+    `folds`-fold stratified shuffled cross-validation of a logistic regression on the (one-hot) features;
+    LRD = 1 - mean over folds of (2 max(AUC, 0.5) - 1). 1: indistinguishable, 0: perfectly separated."""
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.metrics import roc_auc_score
+    from sklearn.model_selection import StratifiedKFold
+
+    X = np.vstack([real, synthetic]).astype(float)
+    y = np.concatenate([np.ones(len(real)), np.zeros(len(synthetic))])
+    cv = StratifiedKFold(n_splits=folds, shuffle=True, random_state=int(rng.integers(2**31)))
+    scores = []
+    for tr, te in cv.split(X, y):
+        model = LogisticRegression(max_iter=1000).fit(X[tr], y[tr])
+        auc = roc_auc_score(y[te], model.predict_proba(X[te])[:, 1])
+        scores.append(2 * max(auc, 0.5) - 1)
+    return float(1 - np.mean(scores))
+
+
+def parity_gaps(y, yhat, s) -> dict[str, float]:
+    """ffpdg.md §7: `dsp` = |P(yhat=1 | s=0) - P(yhat=1 | s=1)| and `deo` = |TPR(s=0) - TPR(s=1)| (equal
+    opportunity, F20), from `GroupRates`."""
+    gr = GroupRates(np.asarray(y).astype(int), np.asarray(yhat).astype(int), np.asarray(s).astype(int))
+    return {"dsp": abs(gr.difference("positive_rate")), "deo": abs(gr.difference("tpr"))}
