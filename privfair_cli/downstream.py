@@ -187,11 +187,10 @@ def panel_metrics(X, y, weights, X_test, y_test, s_test, names, rng: np.random.G
     w_full = np.ones(len(y_full)) if weights is None else np.asarray(weights, float)
     X, y, w = X_full, y_full, w_full
     if compress:
-        rows, inv = np.unique(np.column_stack([X, y]), axis=0, return_inverse=True)
+        rows, inv = metrics.distinct_rows(np.column_stack([X, y]))
         w = np.bincount(inv.ravel(), weights=w_full, minlength=len(rows))
         X, y = rows[:, :-1], rows[:, -1].astype(int)
-    test_rows, test_inv = np.unique(np.asarray(X_test, float), axis=0, return_inverse=True)
-    test_inv = test_inv.ravel()
+    test_rows, test_inv = metrics.distinct_rows(np.asarray(X_test, float))
     out, aucs = {}, []
     for name in names:
         if len(np.unique(y)) < 2:
