@@ -83,7 +83,7 @@ class FFPDGConfig:
     count_share: float = field(metadata=bounds(gt=0, lt=1))
     binary_decoding: Literal["quantile", "onehot"]
     white_noise: float = field(metadata=bounds(ge=0))
-    classifiers: list[Panel]
+    classifiers: list[Panel] | Panel
     compress_rows: bool
     lrd_folds: int = field(metadata=bounds(ge=2))
 
@@ -208,9 +208,10 @@ class FFPDG(Plugin):
         dom = [self.domain[j] for j in feats]
         enc = lambda Z: preprocess.features(Z[:, feats], dom)  # noqa: E731
         test_X = test.frame.to_numpy(np.int64)
+        names = [cfg.classifiers] if isinstance(cfg.classifiers, str) else list(cfg.classifiers)
         out = downstream.panel_metrics(enc(self.release), self.release[:, self.y_col], self.weights,
                                        enc(test_X), np.asarray(test.y).astype(int), np.asarray(test.s).astype(int),
-                                       list(cfg.classifiers), rng, cfg.compress_rows)
+                                       names, rng, cfg.compress_rows)
         out |= metrics.release_metrics(train.frame, self.synthetic, train.domain, MAX_CELLS)
         real = preprocess.features(train.frame.to_numpy(np.int64), self.domain)
         out["lrd"] = metrics.lrd(real, preprocess.features(self.release, self.domain), rng, cfg.lrd_folds)

@@ -5,7 +5,8 @@ private: they read the raw table (ffpdg.md §1, "Privacy guarantee"). Not a plug
 here; `PREPROCESSORS` maps the names of the command line (`algo.preprocessor`) to them.
 
 - `fairmaxent` (Celis, Keswani, Vishnoi 2020; ffpdg.md §2): the fair maximum-entropy distribution over the
-  enumerated domain Omega, by its dual (scipy L-BFGS), then n i.i.d. samples from it. Weights w = N_y / (N N_{y,z})
+  enumerated domain Omega, by its dual (damped Newton; the library uses a box-constrained Newton method), then n
+  i.i.d. samples from it. Weights w = N_y / (N N_{y,z})
   (label independent of the protected attribute, groups balanced within each label), prior
   q_C = (1 - C) p_w + C u, target mean theta^w (default), theta^d or theta^b (F16). Encoding phi: a two-level
   attribute is one 0/1 coordinate, a wider one is one-hot. The domain is enumerated, so |Omega| is capped
@@ -27,7 +28,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.optimize import minimize
 from scipy.special import logsumexp
 
 from privfair_cli.algorithms.kamiran_calders import reweighing_weights
@@ -64,6 +64,10 @@ def features(codes: np.ndarray, domain: list[int]) -> np.ndarray:
         else:
             blocks.append((codes[:, j:j + 1] == np.arange(c)[None, :]).astype(float))
     return np.hstack(blocks)
+
+
+NEWTON_STEPS = 100  # FairMaxEnt dual: at most this many Newton steps ...
+NEWTON_TOL = 1e-9  # ... stopping once every coordinate of the gradient is below this
 
 
 @dataclass
@@ -112,12 +116,30 @@ def fairmaxent_fit(X: np.ndarray, domain: list[int], s_col: int, y_col: int, C: 
     def dual(lam):
         logits = logq + phi @ lam
         lz = logsumexp(logits)
-        p = np.exp(logits - lz)
-        return lz - lam @ theta + a * lam @ lam, phi.T @ p - theta + 2 * a * lam
+        return lz - lam @ theta + a * lam @ lam, np.exp(logits - lz)
 
-    res = minimize(dual, np.zeros(m), jac=True, method="L-BFGS-B", options={"maxiter": 1000, "gtol": 1e-10})
-    logits = logq + phi @ res.x
-    return MaxEntFit(grid, np.exp(logits - logsumexp(logits)), res.x, bool(res.success))
+    # Damped Newton on the smooth convex dual (m <= a few dozen coordinates): the Hessian Cov_p(phi) + 2a I is
+    # singular along the one-hot blocks' shared direction, so the step is the least-squares (pseudo-inverse) one.
+    lam = np.zeros(m)
+    value, p = dual(lam)
+    converged = False
+    for _ in range(NEWTON_STEPS):
+        mean = phi.T @ p
+        grad = mean - theta + 2 * a * lam
+        if np.abs(grad).max() < NEWTON_TOL:
+            converged = True
+            break
+        hess = (phi * p[:, None]).T @ phi - np.outer(mean, mean) + 2 * a * np.eye(m)
+        step = np.linalg.lstsq(hess, grad, rcond=1e-12)[0]
+        t = 1.0
+        while True:  # backtracking (Armijo) line search
+            new_value, new_p = dual(lam - t * step)
+            if new_value <= value - 1e-4 * t * grad @ step or t < 1e-10:
+                break
+            t /= 2
+        lam, value, p = lam - t * step, new_value, new_p
+    logits = logq + phi @ lam
+    return MaxEntFit(grid, np.exp(logits - logsumexp(logits)), lam, converged)
 
 
 def fairmaxent(X: np.ndarray, domain: list[int], s_col: int, y_col: int, rng: np.random.Generator,
