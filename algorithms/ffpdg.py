@@ -118,9 +118,12 @@ class FFPDG(Plugin):
 
     @classmethod
     def requirements(cls, cfg=None) -> tuple[str, ...]:
-        """FairMaxEnt (in either order) enumerates the domain: it needs the `enumerable` view."""
-        uses_maxent = option(cfg, "preprocessor", "fairmaxent") == "fairmaxent"
-        return cls.needs + (("enumerable",) if uses_maxent else ())
+        """FairMaxEnt enumerates the domain, and RON-Gauss draws a d x d projection over the one-hot width d: both
+        are written for the small domains of spec §6 and need the `enumerable` view (a declared domain of at most
+        registry.ENUMERABLE_CELLS cells)."""
+        small = (option(cfg, "preprocessor", "fairmaxent") == "fairmaxent"
+                 or option(cfg, "generator", "ron_gauss") == "ron_gauss")
+        return cls.needs + (("enumerable",) if small else ())
 
     def claims(self) -> str:
         cfg = self.cfg

@@ -37,7 +37,7 @@ VIEWS = {
                         "`graph_reference: pc` (non-private PC on the same rows), or a loader that draws the DAG"),
     "network": ("a network (vertices, edges)", "`loader: graphs` with `edges` and `labels` files"),
     "unlabelled_pool": ("an unlabelled pool", "`unlabelled_size`: the fraction of rows whose labels are hidden"),
-    "enumerable": (f"a discrete view of at most {ENUMERABLE_CELLS:,} cells (FairMaxEnt enumerates its domain)",
+    "enumerable": (f"a discrete view of at most {ENUMERABLE_CELLS:,} cells (FairMaxEnt, RON-Gauss)",
                    "`discrete`: `levels` or `bins` for every attribute, their product at most that"),
 }
 # A plugin that declares no `needs` gets its kind's.

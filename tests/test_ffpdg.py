@@ -246,4 +246,6 @@ def test_fairmaxent_needs_an_enumerable_card():
     assert "enumerable" in schema.card_views(load_card("adult_ffpdg"))
     assert "enumerable" not in schema.card_views(load_card("adult"))
     assert "enumerable" in cls.requirements(registry.defaults("ffpdg"))
-    assert "enumerable" not in cls.requirements(registry.defaults("ron_gauss"))
+    assert "enumerable" in cls.requirements(registry.defaults("ron_gauss"))
+    assert "enumerable" not in cls.requirements(registry.defaults("ffpdg") | {"preprocessor": "dir",
+                                                                              "generator": "none"})
