@@ -379,6 +379,23 @@ def discrete_spec(card: dict) -> dict:
     return spec
 
 
+def declared_domain_size(card: dict) -> int | None:
+    """The number of cells of the card's discrete view from its keys alone (each attribute's `levels`, `bins` or
+    `one_of`), or None when an attribute takes its levels from the data."""
+    size = 1
+    for how in discrete_spec(card).values():
+        how = how or {}
+        if how.get("levels"):
+            size *= len(how["levels"])
+        elif how.get("bins"):
+            size *= len(how["bins"]) - 1
+        elif how.get("one_of") is not None:
+            size *= 2
+        else:
+            return None
+    return size
+
+
 def discretise(df: pd.DataFrame, card: dict) -> tuple[pd.DataFrame | None, dict[str, int]]:
     """The discrete view `discrete_spec(card)`: `{col: {bins: [edges]} | {map: {...}} | {one_of: [...]} | {}}`.
 

@@ -148,3 +148,70 @@ def downstream_metrics(synth: pd.DataFrame, test, roles: dict, settings: Release
         if n == 0:
             out |= m
     return out
+
+
+# ---------------------------------------------------------------------------------------------- 8-classifier panel
+PANEL = ("lr", "rf", "mlp", "gnb", "gb", "bnb", "dt", "lda")  # ffpdg.md §7, scikit-learn defaults
+
+
+def panel_model(name: str, seed: int):
+    """One of the eight scikit-learn classifiers of ffpdg.md §7 with its defaults (LR with max_iter=1000)."""
+    from sklearn import discriminant_analysis, ensemble, linear_model, naive_bayes, neural_network, tree
+
+    return {
+        "lr": lambda: linear_model.LogisticRegression(max_iter=1000),
+        "rf": lambda: ensemble.RandomForestClassifier(random_state=seed),
+        "mlp": lambda: neural_network.MLPClassifier(random_state=seed),
+        "gnb": lambda: naive_bayes.GaussianNB(),
+        "gb": lambda: ensemble.GradientBoostingClassifier(random_state=seed),
+        "bnb": lambda: naive_bayes.BernoulliNB(),
+        "dt": lambda: tree.DecisionTreeClassifier(random_state=seed),
+        "lda": lambda: discriminant_analysis.LinearDiscriminantAnalysis(),
+    }[name]()
+
+
+def panel_metrics(X, y, weights, X_test, y_test, s_test, names, rng: np.random.Generator,
+                  compress: bool = True) -> dict[str, float]:
+    """Train each classifier of `names` on (X, y) (optionally weighted), test on the real test rows: `aucroc` = the
+    largest ROC AUC (predicted probabilities), `dsp` and `deo` = the means over the classifiers
+    (`metrics.parity_gaps`, predictions at 0.5), each also keyed `<metric>_<name>`. `compress`: fit on the distinct
+    rows with their (weighted) counts as `sample_weight` (exact for a small discrete domain up to the models' own
+    randomness; the same rows every classifier shares; LDA, which takes no weights, fits the rows themselves, or a
+    resample proportional to the weights). A one-class training table predicts that class
+    (AUC 0.5)."""
+    import inspect
+
+    from sklearn.metrics import roc_auc_score
+
+    X_full, y_full = np.asarray(X, float), np.asarray(y).astype(int)
+    w_full = np.ones(len(y_full)) if weights is None else np.asarray(weights, float)
+    X, y, w = X_full, y_full, w_full
+    if compress:
+        rows, inv = metrics.distinct_rows(np.column_stack([X, y]))
+        w = np.bincount(inv.ravel(), weights=w_full, minlength=len(rows))
+        X, y = rows[:, :-1], rows[:, -1].astype(int)
+    test_rows, test_inv = metrics.distinct_rows(np.asarray(X_test, float))
+    out, aucs = {}, []
+    for name in names:
+        if len(np.unique(y)) < 2:
+            score = np.full(len(y_test), float(y[0]) if len(y) else 0.0)
+            yhat = score.astype(int)
+        else:
+            model = panel_model(name, int(rng.integers(2**31)))
+            if "sample_weight" in inspect.signature(model.fit).parameters:
+                model.fit(X, y, sample_weight=w)
+            elif weights is None:  # LDA: no sample_weight, so the rows themselves
+                model.fit(X_full, y_full)
+            else:  # ... or a resample with probability proportional to the weights
+                pick = rng.choice(len(y_full), size=len(y_full), p=w_full / w_full.sum())
+                model.fit(X_full[pick], y_full[pick])
+            score = model.predict_proba(test_rows)[:, 1][test_inv]
+            yhat = model.predict(test_rows).astype(int)[test_inv]
+        auc = float(roc_auc_score(y_test, score)) if len(np.unique(y_test)) == 2 else float("nan")
+        gaps = metrics.parity_gaps(y_test, yhat, s_test)
+        out |= {f"aucroc_{name}": auc, f"dsp_{name}": gaps["dsp"], f"deo_{name}": gaps["deo"]}
+        aucs.append(auc)
+    out["aucroc"] = float(np.nanmax(aucs))
+    out["dsp"] = float(np.mean([out[f"dsp_{n}"] for n in names]))
+    out["deo"] = float(np.mean([out[f"deo_{n}"] for n in names]))
+    return out

@@ -13,10 +13,13 @@ from privfair_cli.errors import ConfigError
 TASK_KINDS = ("classifier", "generator", "graph", "embedding", "semi_supervised")
 
 # Modules under privfair_cli.algorithms whose import registers plugins (torch-free ones first).
-ALGORITHM_MODULES = ("logistic", "functional", "prefair", "causal", "dpne", "fes", "crfs", "dpsgd", "fairgan")
+ALGORITHM_MODULES = ("logistic", "functional", "prefair", "causal", "dpne", "fes", "crfs", "ffpdg", "dpsgd",
+                     "fairgan")
 
 
 GUARANTEES = ("eps-DP", "(eps,delta)-DP", "zCDP", "heuristic", "none")
+
+ENUMERABLE_CELLS = 100_000  # the largest discrete domain the `enumerable` view admits (card keys alone)
 
 # What a plugin may need from a dataset (its `needs`), and the card keys that provide each (schema.card_views
 # derives a card's views from its keys without reading data; the run refuses a pair before loading anything).
@@ -34,6 +37,8 @@ VIEWS = {
                         "`graph_reference: pc` (non-private PC on the same rows), or a loader that draws the DAG"),
     "network": ("a network (vertices, edges)", "`loader: graphs` with `edges` and `labels` files"),
     "unlabelled_pool": ("an unlabelled pool", "`unlabelled_size`: the fraction of rows whose labels are hidden"),
+    "enumerable": (f"a discrete view of at most {ENUMERABLE_CELLS:,} cells (FairMaxEnt, RON-Gauss)",
+                   "`discrete`: `levels` or `bins` for every attribute, their product at most that"),
 }
 # A plugin that declares no `needs` gets its kind's.
 KIND_NEEDS = {"classifier": ("label", "features"), "generator": ("discrete",),

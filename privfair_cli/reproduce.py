@@ -32,7 +32,8 @@ Keys of the `reproduce:` block (REQUIRED, then optional):
 - `cell` (`_target_` style): how a cell's number is computed from its runs, called as
   `cell(pick, algorithm, key) -> Cell` where `pick(algorithm)` gives the runs of the cell's dataset and settings.
   Default `mean_of_runs`; `privfair_cli.reproduce.ratio` ({denominator, scale, undefined}) gives
-  `scale * mean(algorithm) / mean(denominator)` (e.g. PreFair's Greedy as % of MST).
+  `scale * mean(algorithm) / mean(denominator)` (e.g. PreFair's Greedy as % of MST); `privfair_cli.reproduce.pipeline`
+  picks a composable pipeline's runs by the published `<pre>+<gen>` name (FFPDG Tables 1-5).
 - `label` (default "{metric}"): the metric label of each published cell; `variants`: extra rows after each cell,
   the same cell measured on another of our keys: a list of `{keys: {our key: other key}, label: "{metric} [..]",
   reason: text}` (`{metric}` and `{key}` are filled in).
@@ -153,6 +154,21 @@ def ratio(pick, algorithm: str, key: str, denominator: str, scale: float = 100.0
     with np.errstate(invalid="ignore", divide="ignore"):
         value = float(scale * np.float64(top[key].mean()) / np.float64(bottom[key].mean()))
     return Cell(value, float("nan"), n, f"runs={n}", undefined if math.isnan(value) else "")
+
+
+def pipeline(pick, algorithm: str, key: str, plugin: str = "ffpdg",
+             combined: tuple[str, str] = ("fairmaxent", "ron_gauss")) -> Cell:
+    """A cell of a composable pipeline (ffpdg.md §0): the published `<pre>+<gen>` (or `plugin`'s own name, the
+    `combined` pair) selects the runs of `plugin` whose `algo.preprocessor` and `algo.generator` are pre and gen
+    (the experiment's `settings` must name both paths, so the run table carries them). A published name that is
+    no such pair (e.g. `ctgan`) has no runs."""
+    parts = combined if algorithm == plugin else tuple(algorithm.split("+", 1))
+    sel = pick(plugin)
+    if len(parts) != 2:
+        parts, sel = ("", ""), sel.iloc[0:0]
+    for col, want in zip(("cfg.algo.preprocessor", "cfg.algo.generator"), parts, strict=True):
+        sel = sel[sel[col] == want] if col in sel else sel.iloc[0:0]
+    return mean_of_runs(lambda _: sel, plugin, key)
 
 
 def _cell_function(spec: dict):

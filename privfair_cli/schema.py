@@ -272,6 +272,9 @@ def card_views(card: dict) -> set[str]:
         views |= {"features", "numeric"}
     if data_lib.discrete_spec(card):
         views.add("discrete")
+        size = data_lib.declared_domain_size(card)
+        if size is not None and size <= registry.ENUMERABLE_CELLS:
+            views.add("enumerable")
     roles = card.get("roles") or {}
     if "discrete" in views and all(roles.get(k) for k in ("protected", "admissible", "outcome")):
         views.add("roles")
