@@ -13,7 +13,8 @@ from privfair_cli.errors import ConfigError
 TASK_KINDS = ("classifier", "generator", "graph", "embedding", "semi_supervised")
 
 # Modules under privfair_cli.algorithms whose import registers plugins.
-ALGORITHM_MODULES = ("logistic", "functional", "prefair", "causal", "dpne", "fes", "dpsgd")  # torch-free ones first
+ALGORITHM_MODULES = ("logistic", "functional", "prefair", "causal", "dpne", "fes", "dpsgd",  # torch-free ones first
+                     "early_stopping")
 
 
 GUARANTEES = ("eps-DP", "(eps,delta)-DP", "zCDP", "heuristic", "none")

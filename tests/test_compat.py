@@ -32,7 +32,8 @@ ROWS = {"bank_ssl": 3000}
 SMALL = ({name: ["algo.epochs=1", "algo.batch_size=32"] for name in ("sgd", "dpsgd", "dpsgd_f", "dpsgd_naive")}
          | {name: ["algo.epochs=1", "algo.batch_size=32", "algo.reference=false", "algo.sigma=4"]
             for name in ("dpsgd", "dpsgd_f", "dpsgd_naive")}
-         | {name: ["algo.mlp_epochs=2"] for name in ("mst", "prefair_greedy", "pfdr", "prefair_optimal")})
+         | {name: ["algo.mlp_epochs=2"] for name in ("mst", "prefair_greedy", "pfdr", "prefair_optimal")}
+         | {"dpsgd_es": ["algo.epochs=1", "algo.batch_size=32", "algo.sigma=4"]})
 
 XFAIL: dict[tuple[str, str], str] = {}
 
