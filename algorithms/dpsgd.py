@@ -224,7 +224,8 @@ class EpochHistory:
 
     def gaps(self, values: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """The three fairness gaps of early_stopping.md §0.1 over epochs: `dp_gap` |PPR_1 - PPR_0|, `eopp_gap`
-        |TPR_1 - TPR_0| and `eodds_gap` (|dTPR|, |dFPR| combined by `eodds_agg`), all from GroupRates."""
+        |TPR_1 - TPR_0| and `eodds_gap` (|dTPR|, |dFPR| combined by `eodds_agg`), all from GroupRates; `watch`
+        keeps the per-group PPR_z (`ppr_s0`, `ppr_s1`) beside them."""
         return {"dp_gap": values["risk_difference_abs"], "eopp_gap": values["dtpr_abs"],
                 "eodds_gap": EODDS_AGG[self.eodds_agg](values["dtpr_abs"], values["dfpr_abs"])}
 
@@ -237,6 +238,8 @@ class EpochHistory:
             self.sets[name] = {key: np.array([r[key] for r in rows]) for key in rows[0]}
             if binary and table.s is not None:
                 self.sets[name] |= self.gaps(self.sets[name])
+                by = [metrics.GroupRates(table.y, p, table.s).by_group() for p in predictions]
+                self.sets[name] |= {f"ppr_s{g}": np.array([b[g]["positive_rate"] for b in by]) for g in (0, 1)}
 
     def frame(self):
         import pandas as pd

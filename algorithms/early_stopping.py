@@ -18,7 +18,7 @@ metrics come from the same training run at no extra privacy cost:
 
 Plugin `dpsgd_es` (a classifier): trains `dpsgd` with a validation share held out of the training rows (60 / 20 /
 20 with the card's 20% test split and `validation_size: 0.25`), applies every rule for every fairness metric and
-reports, per rule and metric, `<rule>_<fairness>_{stop_epoch, accuracy, discrimination, afp, eps}`: the stop
+reports, per rule and metric, `<rule>_{stop_epoch, accuracy, discrimination, afp, eps}_<fairness>`: the stop
 epoch, test accuracy and test gap of that epoch's weights, AFP = -0.1 A + 1 G + 0.01 t (§0.2) and the eps spent
 up to the stop epoch. `es_sc1` is also reported for every beta1 of `beta1_sweep` (`es_sc1_b<beta1>_...`). The run
 itself releases the weights of every epoch; its ledger charges the whole T-step run (an upper bound on what any
@@ -211,7 +211,7 @@ class DPSGDEarlyStopping(XuSGD):
         self.stop_rows = self.stops()
         for r in self.stop_rows:
             for metric in ("stop_epoch", "accuracy", "discrimination", "afp", "eps"):
-                out[f"{r['rule']}_{r['fairness']}_{metric}"] = float(r[metric])
+                out[f"{r['rule']}_{metric}_{r['fairness']}"] = float(r[metric])
         return out
 
     def artifacts(self, run_dir) -> None:

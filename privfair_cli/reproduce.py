@@ -155,6 +155,12 @@ def ratio(pick, algorithm: str, key: str, denominator: str, scale: float = 100.0
     return Cell(value, float("nan"), n, f"runs={n}", undefined if math.isnan(value) else "")
 
 
+def stopping_rule(pick, algorithm: str, key: str, trainer: str = "dpsgd_es") -> Cell:
+    """A cell of a stopping rule (early_stopping.md): every rule reads the same `trainer` runs, which report the
+    rule's numbers as `<rule>_<key>` (one training run serves all rules)."""
+    return mean_of_runs(lambda _: pick(trainer), trainer, f"{algorithm}_{key}")
+
+
 def _cell_function(spec: dict):
     return _target(spec["cell"], "cell") if spec.get("cell") else mean_of_runs
 

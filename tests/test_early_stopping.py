@@ -139,12 +139,12 @@ def test_eps_at_the_stop_epoch_is_the_accountant_at_that_step_count(run):
     for r in plugin.stop_rows:
         t = r["stop_epoch"]
         assert r["eps"] == pytest.approx(accounting.dpsgd_epsilon(q, sigma, int(steps[t - 1]), DELTA), rel=1e-9)
-        key = f"{r['rule']}_{r['fairness']}"
-        assert m[f"{key}_eps"] == r["eps"] and m[f"{key}_stop_epoch"] == t
-        assert m[f"{key}_afp"] == pytest.approx(-0.1 * r["accuracy"] + r["discrimination"] + 0.01 * t)
+        rule, fairness = r["rule"], r["fairness"]
+        assert m[f"{rule}_eps_{fairness}"] == r["eps"] and m[f"{rule}_stop_epoch_{fairness}"] == t
+        assert m[f"{rule}_afp_{fairness}"] == pytest.approx(-0.1 * r["accuracy"] + r["discrimination"] + 0.01 * t)
         seen.add(r["rule"])
     assert seen == set(es.STOPPING_RULES) | {"es_sc1_b0.01", "es_sc1_b0.5"}
-    assert m["es_fixed_epoch_equal_odds_stop_epoch"] == 8
+    assert m["es_fixed_epoch_stop_epoch_equal_odds"] == 8
 
 
 def test_stop_metrics_are_those_of_that_epochs_weights(run):
