@@ -55,7 +55,8 @@ def main() -> None:
         t0 = time.perf_counter()
         plugin.stops()
         t_rules = time.perf_counter() - t0
-        print(f"{name}: {len(train)} rows (before the 25% validation hold-out), 40 epochs | sgd {t_sgd:.2f} s | dpsgd_es {t_dp:.2f} s "
+        print(f"{name}: {len(train)} rows (before the 25% validation hold-out), 40 epochs | sgd {t_sgd:.2f} s | "
+              f"dpsgd_es {t_dp:.2f} s "
               f"(ratio {t_dp / t_sgd:.2f}) | stopping rules {1000 * t_rules:.1f} ms | table grid (9 runs) "
               f"~{9 * t_dp:.0f} s, figure grid (3 sgd + 3 dpsgd_es) ~{3 * (t_sgd + t_dp):.0f} s")
     print("FastText on IMDB: not implemented, the DP-SGD vs non-private epoch (target <= 2x) is not measured")
