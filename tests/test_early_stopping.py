@@ -201,3 +201,16 @@ def test_published_fairness_names_are_ours():
     names = {s.split("fairness=")[1].split(";")[0] for s in pub["setting"].dropna() if "fairness=" in s}
     assert names == set(es.FAIRNESS)
     assert not math.isnan(es.afp(0.8, 0.1, 90))
+
+
+@pytest.mark.parametrize("n, b, sigma, epochs, spec_eps", [
+    (18000, 256, 1.0, [40], [5.65]), (12000, 256, 1.0, [40], [7.14]),          # Bank, Health
+    (12000, 128, 1.0, [70, 80, 90, 100], [6.40, 6.90, 7.34, 7.73]),           # UTK Face
+    (12000, 128, 1.5, [70, 80, 90, 100], [3.39, 3.64, 3.87, 4.08]),
+    (12000, 128, 2.0, [70, 80, 90, 100], [2.35, 2.52, 2.68, 2.83]),
+])
+def test_accountant_gives_the_spec_reference_eps(n, b, sigma, epochs, spec_eps):
+    """early_stopping.md §1.4's reference table (RDP orders 2-256, classic conversion, q = b / N_train, delta
+    1e-5): eps after T = epochs * N / b steps, to the printed two decimals."""
+    got = accounting.epsilon_after(b / n, sigma, None, np.array([e * n // b for e in epochs]), DELTA)
+    assert got == pytest.approx(spec_eps, abs=0.006)
