@@ -94,6 +94,8 @@ SPEC_DEFAULTS = {  # spec §3, by model: what `auto` means
 }
 MNIST_NORMALISATION = (0.1307, 0.3081)  # spec C9: mean and std of MNIST's training pixels
 EQUAL_COST_TAU = 0.05  # §5: "equal costs of privacy" when the utility-loss gap is at most tau
+# early_stopping.md §0.1: how the TPR and FPR gaps combine into one equal-odds gap (`eodds_agg`, default mean)
+EODDS_AGG = {"mean": lambda a, b: (a + b) / 2, "max": np.maximum, "sum": lambda a, b: a + b}
 
 
 @dataclass(frozen=True)
@@ -218,6 +220,14 @@ class EpochHistory:
     epoch_steps: np.ndarray
     eps: np.ndarray
     sets: dict[str, dict[str, np.ndarray]] = field(default_factory=dict)
+    eodds_agg: str = "mean"
+
+    def gaps(self, values: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """The three fairness gaps of early_stopping.md §0.1 over epochs: `dp_gap` |PPR_1 - PPR_0|, `eopp_gap`
+        |TPR_1 - TPR_0| and `eodds_gap` (|dTPR|, |dFPR| combined by `eodds_agg`), all from GroupRates; `watch`
+        keeps the per-group PPR_z (`ppr_s0`, `ppr_s1`) beside them."""
+        return {"dp_gap": values["risk_difference_abs"], "eopp_gap": values["dtpr_abs"],
+                "eodds_gap": EODDS_AGG[self.eodds_agg](values["dtpr_abs"], values["dfpr_abs"])}
 
     def watch(self, name: str, predictions: np.ndarray, table, groups: Groups, binary: bool) -> None:
         """Metrics of every epoch's predictions (epochs x rows) on `table`."""
@@ -226,6 +236,10 @@ class EpochHistory:
                 for p in predictions]
         if rows:
             self.sets[name] = {key: np.array([r[key] for r in rows]) for key in rows[0]}
+            if binary and table.s is not None:
+                self.sets[name] |= self.gaps(self.sets[name])
+                by = [metrics.GroupRates(table.y, p, table.s).by_group() for p in predictions]
+                self.sets[name] |= {f"ppr_s{g}": np.array([b[g]["positive_rate"] for b in by]) for g in (0, 1)}
 
     def frame(self):
         import pandas as pd
@@ -334,7 +348,7 @@ class XuSGD(Plugin):
         steps = self.log.epoch_steps
         eps = np.zeros(len(steps)) if plan is None else epsilon_after(
             plan.q, plan.sigma, plan.sigma1, steps, budget.delta, ledger.orders, ledger.rdp_conversion)
-        return EpochHistory(steps, eps)
+        return EpochHistory(steps, eps, eodds_agg=getattr(self.cfg, "eodds_agg", "mean"))
 
     def _watch(self, name: str, table) -> None:
         if self.log.weights is not None:

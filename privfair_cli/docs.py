@@ -185,7 +185,7 @@ def _experiment_section(e: Experiment) -> list[str]:
         part = e.cells[e.cells["table"] == table]
         lines.append(_row([table, str(len(part)), *_count_cells(_counts(part))]))
     reasons = _reasons(e.cells)
-    lines += ["", *(reasons or ["Every cell matches."]), ""]
+    lines += ["", *(reasons or ["Every cell matches." if len(e.cells) else "No published cell to compare."]), ""]
     return lines
 
 

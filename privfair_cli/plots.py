@@ -19,6 +19,8 @@ built; `runs` holds one row per run (with `cfg.<path>` columns for the `settings
 - `run_curves`: per dataset, per-epoch columns of a per-run artifact (e.g. DP-SGD's `curves.csv`) for the first
   seed of every algorithm. Params: `artifact`, `x`, `columns` ({column: title}), `groups` (the groups to draw
   when present, e.g. MNIST's compared classes), `file`.
+- `epoch_history`: per dataset, per-epoch columns of the runs' `history.csv` (validation / test), mean over seeds
+  per algorithm, drawn and written as CSV. Params: `columns` ({column: title}), `sets`, `lr`, `file`, `csv`.
 """
 
 from __future__ import annotations
@@ -268,6 +270,53 @@ def run_curves(runs: pd.DataFrame, comparison, out_dir: Path, name: str, columns
                 ax.set_xlabel(x)
                 ax.set_yscale("log")
             row[0].legend(fontsize=6, ncol=2)
+
+
+def epoch_history(runs: pd.DataFrame, comparison, out_dir: Path, name: str, columns: dict[str, str],
+                  sets: tuple[str, ...] = ("test",), lr: dict | None = None, file: str = "curves.png",
+                  csv: str = "curves.csv") -> None:
+    """Per dataset (rows) and history column (panels), the per-epoch curves of the runs' `history.csv` (DP-SGD's
+    per-epoch validation / test history), mean over seeds per algorithm (and noise multiplier) and watched set,
+    with the curves also written to `csv`. `lr` ({algorithm: learning rate}) keeps only the runs of each
+    algorithm at its own rate (a sweep over `algo.lr`; needs `settings: {lr: algo.lr}`)."""
+    if runs.empty:
+        return
+    frames = []
+    for run in runs.to_dict("records"):
+        if lr and run["algo"] in lr and not np.isclose(float(run.get("cfg.algo.lr", np.nan)), lr[run["algo"]]):
+            continue
+        path = _artifact(Path(run["run_dir"]), "history.csv")
+        if path is None:
+            continue
+        df = pd.read_csv(path)
+        sigma = run.get("cfg.algo.sigma")
+        label = run["algo"] + ("" if run["algo"] == "sgd" or sigma is None else f" sigma={sigma}")
+        for split in sets:
+            cols = {f"{split}_{c}": c for c in columns if f"{split}_{c}" in df}
+            part = df[["epoch", *cols]].rename(columns=cols)
+            part.insert(0, "series", f"{label} {split}" if len(sets) > 1 else label)
+            part.insert(0, "data", run["data"])
+            frames.append(part)
+    if not frames:
+        return
+    long = pd.concat(frames, ignore_index=True)
+    curves = long.groupby(["data", "series", "epoch"], sort=True).agg(["mean", "std", "count"])
+    curves.columns = [f"{c}_{stat}" for c, stat in curves.columns]
+    curves = curves.reset_index()
+    Path(out_dir).mkdir(parents=True, exist_ok=True)
+    curves.to_csv(Path(out_dir) / csv, index=False, float_format="%.6g")
+    datasets = sorted(curves["data"].unique())
+    with figure(Path(out_dir) / file, len(datasets), len(columns), panel=(4.2, 3.0), title=name) as (_, axes):
+        for row, dataset in zip(axes, datasets, strict=True):
+            sub = curves[curves["data"] == dataset]
+            for series, line in sub.groupby("series", sort=True):
+                for ax, col in zip(row, columns, strict=True):
+                    if f"{col}_mean" in line:
+                        ax.plot(line["epoch"], line[f"{col}_mean"], label=series, lw=1)
+            for ax, title in zip(row, columns.values(), strict=True):
+                ax.set_title(f"{dataset}: {title}", fontsize=9)
+                ax.set_xlabel("epoch")
+            row[0].legend(fontsize=6)
 
 
 def _artifact(run_dir: Path, name: str) -> Path | None:

@@ -171,6 +171,12 @@ def pipeline(pick, algorithm: str, key: str, plugin: str = "ffpdg",
     return mean_of_runs(lambda _: sel, plugin, key)
 
 
+def stopping_rule(pick, algorithm: str, key: str, trainer: str = "dpsgd_es") -> Cell:
+    """A cell of a stopping rule (early_stopping.md): every rule reads the same `trainer` runs, which report the
+    rule's numbers as `<rule>_<key>` (one training run serves all rules)."""
+    return mean_of_runs(lambda _: pick(trainer), trainer, f"{algorithm}_{key}")
+
+
 def _cell_function(spec: dict):
     return _target(spec["cell"], "cell") if spec.get("cell") else mean_of_runs
 

@@ -35,7 +35,8 @@ SMALL = ({name: ["algo.epochs=1", "algo.batch_size=32"] for name in ("sgd", "dps
          | {name: ["algo.mlp_epochs=2"] for name in ("mst", "prefair_greedy", "pfdr", "prefair_optimal")}
          | {name: ["algo.profile=smoke"] for name in ("fairgan", "fairgan_plus_dp", "fairgan_plus_eo",
                                                      "fairgan_plus_eop", "acgan")}
-         | {"adv_debias": ["algo.epochs=1"]})
+         | {"adv_debias": ["algo.epochs=1"]}
+         | {"dpsgd_es": ["algo.epochs=1", "algo.batch_size=32", "algo.sigma=4"]})
 
 XFAIL: dict[tuple[str, str], str] = {}
 
