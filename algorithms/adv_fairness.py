@@ -62,6 +62,7 @@ class AFAConfig:
     eta: float = field(metadata=bounds(gt=0, le=1))
     eps: float = field(metadata=bounds(gt=0))
     eps_norm: Literal["linf", "l2", "none"]
+    eps_by_data: dict
     max_selected: int | None = field(metadata=bounds(ge=1))
     label_source: Literal["predicted", "true"]
     boundary_distance: Literal["gradient", "logit_margin"]
@@ -347,6 +348,10 @@ class _AdversarialFairness(Plugin):
         self.train_accuracy = float((self.predict_inputs(X) == y).mean())
         self.label_gap = abs(float(y[s == 1].mean() - y[s == 0].mean())) if (s == 1).any() and (s == 0).any() \
             else float("nan")
+        self.eps = float(cfg.eps_by_data.get(data.name, cfg.eps))
+        if self.eps <= 0:
+            raise DataError(f"algo.eps_by_data.{data.name}={self.eps:g} must be > 0")
+        self.n_train_rows = len(data.y)
         self.feature_names = list(data.feature_names) + (["z"] if cfg.include_z_as_feature else [])
         return self
 
@@ -378,10 +383,10 @@ class _AdversarialFairness(Plugin):
         lo, hi = torch.minimum(self._t(self.lo), xt), torch.maximum(self._t(self.hi), xt)
         mask = self._t(self.mask)
         if self.attack_name == "lowprofool":
-            xa, ok = lowprofool(self.model, xt, self._t(self.v), lo, hi, mask, cfg.eps, cfg.eps_norm,
+            xa, ok = lowprofool(self.model, xt, self._t(self.v), lo, hi, mask, self.eps, cfg.eps_norm,
                                 cfg.lpf_alpha, cfg.lpf_lambda, cfg.lpf_max_iter)
         else:
-            xa, ok = deepfool(self.model, xt, lo, hi, mask, cfg.eps, cfg.eps_norm, cfg.df_alpha, cfg.df_overshoot,
+            xa, ok = deepfool(self.model, xt, lo, hi, mask, self.eps, cfg.eps_norm, cfg.df_alpha, cfg.df_overshoot,
                               cfg.df_max_iter, cfg.df_step)
         ok = ok.cpu().numpy()
         xa = xa.cpu().numpy().astype(np.float64)
@@ -410,8 +415,8 @@ class _AdversarialFairness(Plugin):
         out = attack_metrics(X, X_adv, pred, pred_adv, adv, sel, ok, self.v)
         out |= {"accuracy": float((pred == test.y).mean()), "accuracy_after": float((pred_adv == test.y).mean()),
                 "train_accuracy": self.train_accuracy, "discrimination_labels": self.label_gap,
-                "advantaged_s": float(adv_value), "n_features": float(len({n.split("=")[0]
-                                                                          for n in self.feature_names}))}
+                "size": float(self.n_train_rows + len(X)), "advantaged_s": float(adv_value), "eps_used": self.eps,
+                "n_features": float(len({n.split("=")[0] for n in self.feature_names}))}
         self.adversarial = self._table(test, X, X_adv, pred, pred_adv, adv, sel, ok)
         return out
 
