@@ -27,6 +27,11 @@ Deviations and resolutions (by spec item):
 - §0 label_source `true`: candidates by true label, attack target still the flip of the current prediction.
 - §7 Table 7.1 `discrimination`: reported both as `discrimination` (|S| of the model's predictions on D before the
   attack) and `discrimination_labels` (|S| of the re-sampled training labels), as the spec asks.
+- §7 IAB: with the default L-infinity box (ambiguity 4) an example's L2 distance may exceed eps; IAB counts the
+  flips within the box (with `eps_norm: l2` it is exactly the spec's M >= d count).
+- §5 eps: per-card budgets in `eps_by_data` (default {titanic: 0.4}, the seed's Titanic budget) over `eps`.
+- §6 a training split in which one (z, y) group is empty cannot be uniformly re-sampled: the run trains on the rows
+  as drawn and records a warning (only on tiny subsamples).
 - Ambiguity 8 (Bank): the shared `bank` card (bank-full, 16 attributes, age > 25 privileged) is used; the spec's
   recommended threshold is age >= 25, a difference of the 25-year-olds only.
 """
