@@ -24,7 +24,7 @@ from privfair_cli.algorithms import crfs
 from privfair_cli.config import load_card
 from privfair_cli.privacy import Budget, PrivacyLedger
 
-DATASETS = ("adult_3k", "breast_cancer_wdbc", "titanic", "porto_seguro_1770")
+DATASETS = ("adult_3k", "breast_cancer_wdbc", "titanic_crfs", "porto_seguro_1770")
 TASKS = ("lr", "svm", "count", "mean")
 SCHEMES = ("crfs", "cdp_zhu", "cdp_group", "cdp_nonprivate")
 EPS = tuple(round(0.1 * k, 1) for k in range(1, 11))

@@ -182,8 +182,15 @@ def semi_supervised(plugin, train, test, rng: np.random.Generator) -> dict[str, 
     return out
 
 
+def attack(plugin, train, test, rng: np.random.Generator) -> dict[str, float]:
+    """adv_fairness.md §7: the plugin (trained on `train`) selects examples of the attacked set `test`, perturbs
+    them within its budget and measures IAB, GAB (= the change of the signed demographic-parity gap), the
+    perturbation norms and nearest-neighbour distances, and the discrimination before / after."""
+    return plugin.attack(test, rng)
+
+
 EVALUATORS = {"classifier": classifier, "generator": generator, "graph": graph, "embedding": embedding,
-              "semi_supervised": semi_supervised}
+              "semi_supervised": semi_supervised, "attack": attack}
 
 
 def predictions(plugin, test) -> pd.DataFrame:

@@ -10,11 +10,11 @@ import numpy as np
 
 from privfair_cli.errors import ConfigError
 
-TASK_KINDS = ("classifier", "generator", "graph", "embedding", "semi_supervised")
+TASK_KINDS = ("classifier", "generator", "graph", "embedding", "semi_supervised", "attack")
 
 # Modules under privfair_cli.algorithms whose import registers plugins (torch-free ones first).
 ALGORITHM_MODULES = ("logistic", "functional", "prefair", "causal", "dpne", "fes", "crfs", "ffpdg", "dpsgd",
-                     "fairgan", "early_stopping")
+                     "fairgan", "early_stopping", "adv_fairness")
 
 
 GUARANTEES = ("eps-DP", "(eps,delta)-DP", "zCDP", "heuristic", "none")
@@ -43,7 +43,8 @@ VIEWS = {
 # A plugin that declares no `needs` gets its kind's.
 KIND_NEEDS = {"classifier": ("label", "features"), "generator": ("discrete",),
               "graph": ("discrete|numeric", "graph_reference"), "embedding": ("network",),
-              "semi_supervised": ("label", "features", "sensitive", "unlabelled_pool")}
+              "semi_supervised": ("label", "features", "sensitive", "unlabelled_pool"),
+              "attack": ("label", "features", "sensitive")}
 
 
 def option(cfg: Any, key: str, default: Any = None) -> Any:
@@ -69,6 +70,8 @@ class Plugin:
       embedding:  attribute `embedding` (n_vertices x k, rows in the graph's node order) after fit on a graph card.
       semi_supervised: as classifier; `fit` gets the training rows with y = -1 where the label is hidden
                   (`meta["row_labelled"]`, datasets.split), the protected attribute `s` on every row.
+      attack:     `attack(test, rng) -> dict` after fit: select examples of the attacked set, perturb them, return
+                  the fairness before / after (adv_fairness.md).
     `extra_metrics()` may return plugin-specific numbers (flat name -> number) for metrics.json and
     A plugin may define `evaluate(train, test, rng) -> dict` to replace its kind's default evaluation
     (evaluate.py), e.g. to add the metrics its family's spec asks for.

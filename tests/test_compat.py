@@ -36,7 +36,9 @@ SMALL = ({name: ["algo.epochs=1", "algo.batch_size=32"] for name in ("sgd", "dps
          | {name: ["algo.profile=smoke"] for name in ("fairgan", "fairgan_plus_dp", "fairgan_plus_eo",
                                                      "fairgan_plus_eop", "acgan")}
          | {"adv_debias": ["algo.epochs=1"]}
-         | {"dpsgd_es": ["algo.epochs=1", "algo.batch_size=32", "algo.sigma=4"]})
+         | {"dpsgd_es": ["algo.epochs=1", "algo.batch_size=32", "algo.sigma=4"]}
+         | {name: ["algo.epochs=2", "algo.lpf_max_iter=20", "algo.df_max_iter=20"]
+            for name in ("afa_lpf_pro", "afa_df_pro", "afa_lpf_ran", "afa_df_ran")})
 
 XFAIL: dict[tuple[str, str], str] = {}
 
@@ -105,7 +107,7 @@ def test_every_algorithm_on_every_card(algo, data, base_config, tmp_path, monkey
     assert tuple(record) == METRICS_KEYS
     key = {"classifier": "accuracy", "generator": "tvd_1way", "graph": "shd",
            "embedding": f"{CARDS[data].get('task', 'vertex_classification')}_accuracy",
-           "semi_supervised": "accuracy"}[PLUGINS[algo].kind]
+           "semi_supervised": "accuracy", "attack": "discrimination"}[PLUGINS[algo].kind]
     value = record["metrics"].get(key)
     assert value is not None and math.isfinite(value), f"{key}={value}: {record['metrics']}"
     assert (tmp_path / "run" / "metrics.json").is_file()

@@ -112,7 +112,7 @@ def test_budget_past_the_ledger_is_refused_before_noise():
 @pytest.fixture(scope="module")
 def titanic():
     require_data("titanic")
-    table = load(load_card("titanic"))
+    table = load(load_card("titanic_crfs"))
     return table
 
 
