@@ -3,14 +3,21 @@
 A proof can be wrong and an implementation can skip a noise draw while the ledger still reports the budget; both
 pass every functional test. The audit measures instead of assuming. Two tests, written once for every plugin:
 
-**Distinguishing test** (Jagielski et al. 2020; Nasr et al. 2021). Neighbouring datasets D and D' = D plus one
-canary record (`audit.canary=extreme`: every feature at its declared upper bound 1, the corner of [0, 1]^d of
-largest norm, which moves sums of x and of x x^T and gradients the most; the rarer label and group, every discrete attribute at its rarest code of the declared domain; or
-`audit.canary=row`: the record of D farthest from the mean, D' = D and D = D without it). The plugin's own `fit`
-runs `audit.trials` times on each, with independent noise (a fresh seeded `NoiseSource` per trial), and each
-release is mapped to a scalar (`STATISTICS`, by task kind; a plugin may define `audit_statistic(canary)`):
+**Distinguishing test** (Jagielski et al. 2020; Nasr et al. 2021). Add/remove neighbours (the relation every
+sensitivity in privfair assumes): D and D' = D plus one canary record. `audit.canary=extreme`: every feature at
+its declared upper bound 1 (the corner of [0, 1]^d of largest norm, which moves sums of x and of x x^T and
+gradients the most), the rarer label and group, every discrete attribute at its rarest code of the declared
+domain; `audit.canary=row`: the record of D farthest from the mean, D' = D and D = D without it. The plugin's
+own `fit` runs `audit.trials` times on each, with independent noise (a fresh seeded `NoiseSource` per trial),
+and each run is mapped to a scalar. `audit.view=release` (the default where it applies): every noisy release
+of the fit goes through `privfair_cli.privacy` and is recorded; the fit is replayed on the neighbouring dataset
+with the same noise seed and forced to the same outputs, which gives the values that dataset would have
+released, and the statistic is the exact log-likelihood ratio log p_D'(transcript) - log p_D(transcript)
+(Laplace, Gaussian densities; exponential-mechanism logits): the most powerful test of the releases the ledger
+accounts for. `audit.view=output` (or where a fit draws noise outside the mechanisms): a statistic of the
+output by task kind (`STATISTICS`; a plugin may define `audit_statistic(canary)`):
 
-| kind       | statistic of the release                                                                  |
+| kind       | statistic of the output                                                                   |
 |------------|-------------------------------------------------------------------------------------------|
 | classifier | the canary's log-likelihood log p(y_c | x_c) under the released model (minus its loss)    |
 | generator  | sum over attributes of the share of synthetic rows carrying the canary's code             |
@@ -542,7 +549,7 @@ def distinguishing(s: Setup, opts: dict, progress) -> Report:
         return _views(s, opts, progress, canary, d0, d1)
     finally:
         if patched:
-            setattr(patched[0], "threadpool_limits", patched[1])
+            patched[0].threadpool_limits = patched[1]
 
 
 def _views(s, opts, progress, canary, d0, d1) -> Report:
@@ -605,9 +612,9 @@ def one_run(s: Setup, opts: dict, progress) -> Report:
     progress(f"one training run on {len(table)} rows + {int(included.sum())} of {m} canaries")
     plugin, ledger = fit(s, data, (opts["seed"], 27))
     guarantee, eps, delta = _claim(s, plugin, ledger)
-    p = np.asarray(plugin.predict_proba(X), dtype=float)
-    p1 = p.reshape(m, -1)[:, -1] if p.ndim > 1 else p
-    score = np.log(np.clip(np.where(y == 1, p1, 1 - p1), 1e-300, None))
+    progress("reference training run without canaries")
+    reference, _ = fit(s, table, (opts["seed"], 28))
+    score = _log_likelihood(plugin, X, y) - _log_likelihood(reference, X, y)
     k = max(1, int(opts["guess_fraction"] * m))
     order = np.argsort(score, kind="stable")
     guess_in, guess_out = order[-k:], order[:k]
@@ -619,6 +626,12 @@ def one_run(s: Setup, opts: dict, progress) -> Report:
                   details={"canaries": m, "included": int(included.sum()), "guesses": r, "correct": v,
                            "rows": len(table), "out_d": score[~included].tolist(), "out_d1": score[included].tolist(),
                            "threshold": None})
+
+
+def _log_likelihood(plugin, X: np.ndarray, y: np.ndarray) -> np.ndarray:
+    p = np.asarray(plugin.predict_proba(X), dtype=float)
+    p1 = p.reshape(len(X), -1)[:, -1] if p.ndim > 1 else p
+    return np.log(np.clip(np.where(y == 1, p1, 1 - p1), 1e-300, None))
 
 
 # ------------------------------------------------------------------------------------------ writing
@@ -664,16 +677,10 @@ def cmd_audit(args) -> int:
 # ------------------------------------------------------------------------------------------ make audit
 # Every private algorithm on a small dataset: data card, extra overrides, audit options (fewer trials where a fit
 # costs more). Statistics and canaries are the defaults; eps = 1.
-SUITE_DEFAULT = {"classifier": "adult", "generator": "adult", "graph": "adult_pc"}
-SUITE: dict[str, tuple[list[str], dict]] = {
-    "mst": (["algo.mlp_epochs=1"], {"trials": 100}),
-    "prefair_greedy": (["algo.mlp_epochs=1"], {"trials": 100}),
-    "pfdr": (["algo.mlp_epochs=1"], {"trials": 100}),
-    "prefair_optimal": (["algo.mlp_epochs=1"], {"trials": 100}),
-    "lapmech": ([], {"trials": 200}),
-    "privpc": ([], {"trials": 200}),
-    "privpc_star": ([], {"trials": 200}),
-}
+SUITE_DEFAULT = {"classifier": "compas", "generator": "compas", "graph": "adult_pc"}
+SUITE_TRIALS = {"classifier": 500, "generator": 100, "graph": 30}
+SUITE_EXTRA = {"generator": ["algo.mlp_epochs=1"],  # the downstream MLP is not part of the release
+               "classifier_rdp": ["algo.reference=false"]}  # DP-SGD's non-private reference model neither
 DOC = Path("docs/audit.md")
 
 
@@ -684,7 +691,9 @@ def suite(names: list[str] | None = None, root: Path = ROOT) -> list[dict]:
     rows = []
     for name in names or sorted(n for n, c in plugins.items() if c.private):
         cls = plugins[name]
-        extra, opts = SUITE.get(name, ([], {}))
+        rdp = cls.kind == "classifier" and cls.accountant == "rdp"
+        extra = SUITE_EXTRA.get("classifier_rdp" if rdp else cls.kind, [])
+        opts = {"trials": SUITE_TRIALS.get(cls.kind, 100)}
         data = SUITE_DEFAULT.get(cls.kind)
         if data is None or (cls.kind not in STATISTICS and not hasattr(cls, "audit_statistic")):
             rows.append({"algo": name, "data": "-", "verdict": "not_run",

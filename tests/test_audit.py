@@ -218,3 +218,16 @@ def test_command_errors_are_one_line(args, says, capsys, tmp_path):
 def test_options_are_checked_before_anything_runs():
     with pytest.raises(ConfigError, match="allowed: an integer >= 20"):
         audit.options(["audit.rows=3"])
+
+
+def test_audit_page_is_generated_from_the_committed_summary():
+    """docs/audit.md is `make audit`'s rendering of results/audit/summary.json, never edited by hand."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    summary = json.loads((root / audit.ROOT / "summary.json").read_text())
+    assert (root / audit.DOC).read_text() == audit.render_doc(summary)
+    names = {r["algo"] for r in summary["rows"]}
+    from privfair_cli import registry
+
+    assert names == {n for n, c in registry.load_plugins().items() if c.private}, "run `make audit` again"
