@@ -22,6 +22,7 @@ output by task kind (`STATISTICS`; a plugin may define `audit_statistic(canary)`
 | classifier | the canary's log-likelihood log p(y_c | x_c) under the released model (minus its loss)    |
 | generator  | sum over attributes of the share of synthetic rows carrying the canary's code             |
 | graph      | number of edges of the released skeleton                                                   |
+| embedding  | inner product of the canary edge's endpoint embeddings (edge-level neighbours)             |
 
 The trials are split in half: the first half picks the threshold t and the orientation (which dataset a value
 above t points to) that maximise the bound, the second half measures the false- and true-positive rates of that
@@ -207,9 +208,11 @@ def one_run_eps(m: int, r: int, v: int, delta: float, confidence: float) -> floa
 
 # ------------------------------------------------------------------------------------------ neighbours
 def canary_record(table, how: str) -> tuple[dict, np.ndarray]:
-    """The canary (X row, y, s, discrete codes) and the index of D's rows (all of them for `extreme`; all but the
-    canary's for `row`)."""
+    """The canary (X row, y, s, discrete codes; on a network, an edge) and the index of D's rows (all of them for
+    `extreme`; all but the canary's for `row`)."""
     n = len(table)
+    if "graph" in table.meta:
+        return {"edge": graph_canary(table.meta["graph"], how)}, np.arange(n)
     if how == "extreme":
         rec = {"X": np.ones(table.d), "y": _rarer(table.y), "s": None if table.s is None else
                _rarer(table.s), "frame": None}
@@ -222,6 +225,59 @@ def canary_record(table, how: str) -> tuple[dict, np.ndarray]:
     rec = {"X": table.X[far], "y": table.y[far], "s": None if table.s is None else table.s[far],
            "frame": None if table.frame is None else {c: int(table.frame[c].iloc[far]) for c in table.frame.columns}}
     return rec, np.delete(np.arange(n), far)
+
+
+def graph_canary(graph, how: str) -> tuple[int, int]:
+    """Edge-level neighbours (the networks' privacy unit): `extreme` adds an edge between the two vertices of
+    lowest degree (>= 1) that are not adjacent, whose walk probabilities one edge moves the most; `row` removes
+    the edge between the two endpoints of highest degree sum (D = the network without it)."""
+    degree = np.asarray(graph.adjacency.sum(axis=1)).ravel()
+    if how == "row":
+        e = graph.edges()
+        u, v = e[int(np.argmax(degree[e[:, 0]] + degree[e[:, 1]]))]
+        return int(u), int(v)
+    order = [int(i) for i in np.argsort(np.where(degree > 0, degree, np.inf), kind="stable") if degree[i] > 0]
+    u = order[0]
+    adjacent = set(graph.adjacency[u].indices.tolist())
+    v = next(w for w in order[1:] if w not in adjacent)
+    return u, v
+
+
+def with_edge(table, edge: tuple[int, int], present: bool):
+    """`table` whose network has (present) or lacks the edge `edge`."""
+    from dataclasses import replace
+
+    from privfair_cli.datasets import graphs
+
+    graph = table.meta["graph"]
+    e = graph.edges()
+    e = e[~((e[:, 0] == min(edge)) & (e[:, 1] == max(edge)))]
+    if present:
+        e = np.vstack([e, np.sort(np.asarray(edge))[None]])
+    new = graphs.build(e, graph.n, "audit canary")
+    new = replace(new, node_ids=graph.node_ids)
+    return replace(table, meta=table.meta | {"graph": new})
+
+
+def subgraph(table, rows: int, rng: np.random.Generator):
+    """The network induced on the first `rows` vertices of a breadth-first search from a random vertex."""
+    from dataclasses import replace
+
+    from scipy.sparse.csgraph import breadth_first_order
+
+    from privfair_cli.datasets import graphs
+
+    graph = table.meta["graph"]
+    if graph.n <= rows:
+        return table
+    start = int(np.argmax(np.asarray(graph.adjacency.sum(axis=1)).ravel() * rng.random(graph.n)))
+    order = breadth_first_order(graph.adjacency, start, directed=False, return_predecessors=False)
+    keep = np.sort(np.concatenate([order, np.setdiff1d(np.arange(graph.n), order)])[:rows])
+    index = np.full(graph.n, -1)
+    index[keep] = np.arange(len(keep))
+    e = index[graph.edges()]
+    new = replace(graphs.build(e[(e >= 0).all(axis=1)], len(keep), "audit subgraph"), node_ids=graph.node_ids[keep])
+    return replace(table, X=table.X[keep], y=table.y[keep], meta=table.meta | {"graph": new})
 
 
 def _rarer(v: np.ndarray):
@@ -271,11 +327,18 @@ def _generator(plugin, canary: dict, n: int, rng: np.random.Generator) -> float:
     return float(sum(np.mean(synth[c].to_numpy(int) == code) for c, code in canary["frame"].items()))
 
 
+def _embedding(plugin, canary: dict) -> float:
+    u, v = canary["edge"]
+    e = np.asarray(plugin.embedding, dtype=float)
+    return float(e[u] @ e[v])
+
+
 def _graph(plugin, canary: dict) -> float:
     return float(np.asarray(plugin.adjacency).sum() / 2)
 
 
-STATISTICS: dict[str, Callable] = {"classifier": _classifier, "generator": _generator, "graph": _graph}
+STATISTICS: dict[str, Callable] = {"classifier": _classifier, "generator": _generator, "graph": _graph,
+                                   "embedding": _embedding}
 
 
 def statistic(plugin, canary: dict, n: int, rng: np.random.Generator) -> float:
@@ -436,7 +499,9 @@ def setup(overrides: list[str], rows: int, seed: int) -> Setup:
         raise ConfigError("privacy.secure=true: an audit needs seeded, independent trials; run it without")
     rng = runner.streams(seed)
     table = runner.load_data(rc.data, rng, log=lambda *_: None)
-    if len(table) > rows:
+    if "graph" in table.meta:
+        table = subgraph(table, rows, rng["split"])
+    elif len(table) > rows:
         table = table.subset(np.sort(rng["split"].choice(len(table), size=rows, replace=False)))
     return Setup(rc, cls, table)
 
@@ -542,8 +607,11 @@ def audit(overrides: list[str], opts: dict | None = None, progress: Callable[[st
 
 def distinguishing(s: Setup, opts: dict, progress) -> Report:
     canary, keep = canary_record(s.table, opts["canary"])
-    d0 = s.table.subset(keep) if len(keep) < len(s.table) else s.table
-    d1 = with_records(d0, [canary])
+    if "edge" in canary:
+        d0, d1 = with_edge(s.table, canary["edge"], False), with_edge(s.table, canary["edge"], True)
+    else:
+        d0 = s.table.subset(keep) if len(keep) < len(s.table) else s.table
+        d1 = with_records(d0, [canary])
     patched = _fast_threadpool(s.cls)
     try:
         return _views(s, opts, progress, canary, d0, d1)
@@ -677,60 +745,82 @@ def cmd_audit(args) -> int:
 # ------------------------------------------------------------------------------------------ make audit
 # Every private algorithm on a small dataset: data card, extra overrides, audit options (fewer trials where a fit
 # costs more). Statistics and canaries are the defaults; eps = 1.
-SUITE_DEFAULT = {"classifier": "compas", "generator": "compas", "graph": "adult_pc"}
-SUITE_TRIALS = {"classifier": 500, "generator": 100, "graph": 30}
+SUITE_DEFAULT = {"classifier": "compas", "generator": "compas", "graph": "adult_pc", "embedding": "cora"}
+SUITE_TRIALS = {"classifier": 500, "generator": 100, "graph": 30, "embedding": 40}
 SUITE_EXTRA = {"generator": ["algo.mlp_epochs=1"],  # the downstream MLP is not part of the release
                "classifier_rdp": ["algo.reference=false"]}  # DP-SGD's non-private reference model neither
 DOC = Path("docs/audit.md")
 
 
 def suite(names: list[str] | None = None, root: Path = ROOT) -> list[dict]:
+    """Audit each private algorithm (or `names`) with the suite's settings; each row is also written to
+    `root/<algo>/row.json`, so runs of parts of the suite (`--only`) combine (`collect`)."""
     from privfair_cli import registry
 
     plugins = registry.load_plugins()
     rows = []
     for name in names or sorted(n for n, c in plugins.items() if c.private):
-        cls = plugins[name]
-        rdp = cls.kind == "classifier" and cls.accountant == "rdp"
-        extra = SUITE_EXTRA.get("classifier_rdp" if rdp else cls.kind, [])
-        opts = {"trials": SUITE_TRIALS.get(cls.kind, 100)}
-        data = SUITE_DEFAULT.get(cls.kind)
-        if data is None or (cls.kind not in STATISTICS and not hasattr(cls, "audit_statistic")):
-            rows.append({"algo": name, "data": "-", "verdict": "not_run",
-                         "reason": f"task kind {cls.kind} has no audit statistic yet"})
-            print(f"{name}: not run (task kind {cls.kind} has no audit statistic yet)", flush=True)
-            continue
-        try:
-            rep = audit([f"algo={name}", f"data={data}", "eps=1"] + extra, opts)
-        except PrivfairError as err:
-            rows.append({"algo": name, "data": data, "verdict": "not_run", "reason": str(err)})
-            print(f"{name}: not run ({err})", flush=True)
-            continue
-        write(rep, root / name / data / "eps=1")
-        print(line(rep) + f" [{rep.seconds:.1f} s]", flush=True)
-        rows.append({"algo": name, "data": data, "mode": rep.mode, "guarantee": rep.guarantee,
-                     "eps_claimed": rep.eps_claimed, "delta_claimed": rep.delta_claimed, "eps_lb": rep.eps_lb,
-                     "confidence": rep.confidence, "verdict": rep.verdict, "seconds": round(rep.seconds, 1),
-                     "trials": rep.details.get("trials"), "canaries": rep.details.get("canaries")})
+        row = suite_row(name, plugins[name], root)
+        (root / name).mkdir(parents=True, exist_ok=True)
+        (root / name / "row.json").write_text(json.dumps(row, indent=2) + "\n")
+        rows.append(row)
     return rows
 
 
+def suite_row(name: str, cls, root: Path) -> dict:
+    rdp = cls.kind == "classifier" and cls.accountant == "rdp"
+    extra = SUITE_EXTRA.get("classifier_rdp" if rdp else cls.kind, [])
+    opts = {"trials": SUITE_TRIALS.get(cls.kind, 100)}
+    data = SUITE_DEFAULT.get(cls.kind)
+    if data is None or (cls.kind not in STATISTICS and not hasattr(cls, "audit_statistic")):
+        print(f"{name}: not run (task kind {cls.kind} has no audit statistic yet)", flush=True)
+        return {"algo": name, "data": "-", "verdict": "not_run",
+                "reason": f"task kind {cls.kind} has no audit statistic yet"}
+    try:
+        rep = audit([f"algo={name}", f"data={data}", "eps=1"] + extra, opts)
+    except PrivfairError as err:
+        print(f"{name}: not run ({err})", flush=True)
+        return {"algo": name, "data": data, "verdict": "not_run", "reason": str(err)}
+    write(rep, root / name / data / "eps=1")
+    print(line(rep) + f" [{rep.seconds:.1f} s]", flush=True)
+    return {"algo": name, "data": data, "mode": rep.mode, "view": rep.details.get("view", "-"),
+            "guarantee": rep.guarantee, "eps_claimed": rep.eps_claimed, "delta_claimed": rep.delta_claimed,
+            "eps_lb": rep.eps_lb, "confidence": rep.confidence, "verdict": rep.verdict,
+            "seconds": round(rep.seconds, 1), "trials": rep.details.get("trials"),
+            "canaries": rep.details.get("canaries")}
+
+
+def collect(root: Path = ROOT) -> dict:
+    """The summary: one row per registered private algorithm, from its row.json."""
+    from privfair_cli import registry
+
+    rows = []
+    for name in sorted(n for n, c in registry.load_plugins().items() if c.private):
+        path = root / name / "row.json"
+        rows.append(json.loads(path.read_text()) if path.is_file() else
+                    {"algo": name, "data": "-", "verdict": "not_run", "reason": "not audited yet (make audit)"})
+    return {"rows": rows, "seconds": round(sum(r.get("seconds", 0) for r in rows), 1)}
+
+
 def table_md(rows: list[dict]) -> str:
-    out = ["| algorithm | data | guarantee | claimed eps | delta | audit | trials / canaries | empirical eps "
-           "lower bound | verdict |", "|---|---|---|---|---|---|---|---|---|"]
+    out = ["| algorithm | data | guarantee | claimed eps | delta | audit (view) | trials / canaries | empirical eps "
+           "lower bound | verdict | seconds |", "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         if r["verdict"] == "not_run":
-            out.append(f"| {r['algo']} | {r['data']} | | | | | | | not run: {r['reason']} |")
+            out.append(f"| {r['algo']} | {r['data']} | | | | | | | not run: {r['reason']} | |")
             continue
         n = r.get("trials") or r.get("canaries")
         out.append(f"| {r['algo']} | {r['data']} | {r['guarantee']} | {r['eps_claimed']:.4g} | "
-                   f"{r['delta_claimed']:.3g} | {r['mode']} | {n} | {r['eps_lb']:.3f} | {r['verdict']} |")
+                   f"{r['delta_claimed']:.3g} | {r['mode']} ({r.get('view', '-')}) | {n} | {r['eps_lb']:.3f} | "
+                   f"{r['verdict']} | {r.get('seconds', '')} |")
     return "\n".join(out)
 
 
 def render_doc(summary: dict) -> str:
     head = (DOC_HEAD.strip() + "\n\n")
-    return head + table_md(summary["rows"]) + "\n\n" + DOC_TAIL.strip() + "\n"
+    total = (f"\nTotal audit time {summary['seconds']:.0f} s (the sum of the rows; measured on a shared, loaded "
+             "machine).\n")
+    return head + table_md(summary["rows"]) + "\n" + total + "\n" + DOC_TAIL.strip() + "\n"
 
 
 DOC_HEAD = """
@@ -758,22 +848,21 @@ Algorithms whose guarantee is `heuristic` are audited like the others; their cla
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m privfair_cli.audit", description="audit every private algorithm")
     p.add_argument("--all", action="store_true", help="audit every registered private algorithm, write the summary")
-    p.add_argument("--only", help="comma-separated algorithms (with --all: only these)")
-    p.add_argument("--doc", action="store_true", help="regenerate docs/audit.md from results/audit/summary.json")
+    p.add_argument("--only", help="comma-separated algorithms (with --all: only these; the others' rows are kept)")
+    p.add_argument("--doc", action="store_true", help="regenerate results/audit/summary.json and docs/audit.md "
+                   "from the rows already written")
     a = p.parse_args(argv)
     summary_path = ROOT / "summary.json"
     if a.all:
-        t0 = time.perf_counter()
         rows = suite(a.only.split(",") if a.only else None)
-        summary = {"rows": rows, "seconds": round(time.perf_counter() - t0, 1)}
-        summary_path.parent.mkdir(parents=True, exist_ok=True)
-        summary_path.write_text(json.dumps(summary, indent=2) + "\n")
-        print(f"{len(rows)} algorithms in {summary['seconds']:.0f} s; summary: {summary_path}")
-    if a.all or a.doc:
-        DOC.write_text(render_doc(json.loads(summary_path.read_text())))
-        print(f"wrote {DOC}")
-    failed = [r["algo"] for r in json.loads(summary_path.read_text())["rows"] if r["verdict"] == "fail"]
-    return 1 if failed and a.all else 0
+        print(f"{len(rows)} algorithms in {sum(r.get('seconds', 0) for r in rows):.0f} s")
+    summary = collect()
+    summary_path.parent.mkdir(parents=True, exist_ok=True)
+    summary_path.write_text(json.dumps(summary, indent=2) + "\n")
+    DOC.write_text(render_doc(summary))
+    print(f"wrote {summary_path} and {DOC}")
+    failed = [r["algo"] for r in summary["rows"] if r["verdict"] == "fail"]
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

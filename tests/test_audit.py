@@ -231,3 +231,28 @@ def test_audit_page_is_generated_from_the_committed_summary():
     from privfair_cli import registry
 
     assert names == {n for n, c in registry.load_plugins().items() if c.private}, "run `make audit` again"
+
+
+def test_edge_canary_neighbours():
+    """Networks are edge-level neighbours: D' has exactly the canary edge more, between non-adjacent vertices of
+    the lowest degree."""
+    from privfair_cli.datasets import Table, graphs
+
+    edges = np.array([[0, 1], [1, 2], [2, 3], [3, 4], [1, 3], [0, 2]])
+    g = graphs.build(edges, 6)  # vertex 5 isolated: never an endpoint
+    table = Table("net", np.zeros((6, 0)), np.zeros(6, int), None, [], meta={"graph": g})
+    canary, _ = audit.canary_record(table, "extreme")
+    u, v = canary["edge"]
+    assert 4 in (u, v) and 5 not in (u, v) and g.adjacency[u, v] == 0
+    d0, d1 = audit.with_edge(table, (u, v), False), audit.with_edge(table, (u, v), True)
+    diff = (d1.meta["graph"].adjacency - d0.meta["graph"].adjacency).toarray()
+    assert diff.sum() == 2 and diff[u, v] == diff[v, u] == 1
+
+
+def test_one_run_audit_runs_on_a_classifier():
+    """The one-run plumbing on a cheap classifier: m canaries, half included, r = 2k guesses scored."""
+    opts = PLUGIN_OPTS | {"canaries": 200, "guess_fraction": 0.25}
+    rep = audit.one_run(audit.setup_for_table("privlr", tiny(), 1.0), opts, lambda _m: None)
+    d = rep.details
+    assert d["canaries"] == 200 and d["guesses"] == 100 and 0 <= d["correct"] <= 100
+    assert 50 < d["included"] < 150 and rep.verdict == "pass"
