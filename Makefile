@@ -13,7 +13,7 @@ export PRIVFAIR_DATA_DIR := $(SHARED_DATA)
 endif
 endif
 
-.PHONY: setup run test test-all reproduce regress docs bench lint clean
+.PHONY: setup run test test-all reproduce regress docs bench lint clean audit
 
 setup: $(STAMP)
 
@@ -43,6 +43,10 @@ regress: setup
 # docs/reproduction.md and the README's summary, from the committed comparisons (tests/test_docs.py checks them).
 docs: setup
 	$(BIN)/python -m privfair_cli.docs
+
+# Every registered private algorithm audited on small data: results/audit/ and the table of docs/audit.md.
+audit: setup
+	$(BIN)/python -m privfair_cli.audit --all
 
 bench: setup
 	$(BIN)/python -m bench

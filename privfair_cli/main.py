@@ -1,4 +1,4 @@
-"""The `privfair` command: run | list | report | reproduce.
+"""The `privfair` command: run | list | report | reproduce | audit.
 
 `run` hands its arguments to Hydra (every Hydra override, `-m/--multirun`, `hydra.run.dir=`, ...). Before
 Hydra starts, the overrides are checked and the config composed and validated once per swept value, so a bad
@@ -263,6 +263,12 @@ def _print_summary(times: dict[str, float]) -> None:
     print(docs.summary_table(exps, times=times))
 
 
+def cmd_audit(args) -> int:
+    from privfair_cli import audit
+
+    return audit.cmd_audit(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="privfair", description="experiment runner for private and fair ML")
     p.add_argument("--debug", action="store_true", help="show full tracebacks")
@@ -280,6 +286,9 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("--check", action="store_true", help="regression guard: re-run the fast subset in a fresh folder "
                     "and fail when a cell drifts from the committed comparison (never writes it)")
     rp.add_argument("overrides", nargs=argparse.REMAINDER, help="extra Hydra overrides, e.g. seed='range(3)'")
+    au = sub.add_parser("audit", help="empirical lower bound on an algorithm's eps: algo=A data=D eps=E [audit.*]")
+    au.add_argument("overrides", nargs=argparse.REMAINDER, help="algo=, data=, eps= and other run overrides; "
+                    "audit.trials=N, audit.canary=extreme|row, audit.mode=auto|distinguish|one_run, ...")
     return p
 
 
@@ -327,7 +336,8 @@ def _main(argv: list[str] | None) -> int:
     try:
         if args.command == "run":
             return run_hydra(args.overrides, debug)
-        return {"list": cmd_list, "report": cmd_report, "reproduce": cmd_reproduce}[args.command](args)
+        return {"list": cmd_list, "report": cmd_report, "reproduce": cmd_reproduce,
+                "audit": cmd_audit}[args.command](args)
     except PrivfairError as err:
         if debug:
             raise

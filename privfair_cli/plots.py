@@ -415,3 +415,22 @@ def artifact_curves(runs: pd.DataFrame, comparison, out_dir: Path, name: str, ar
                 axes[i, j].set_xlabel(x)
                 axes[i, j].grid(alpha=0.3)
         axes[0, 0].legend(fontsize=6)
+
+
+def audit_histogram(out_d: np.ndarray, out_d1: np.ndarray, threshold, path: Path, title: str = "",
+                    labels: tuple[str, str] = ("D", "D + canary")) -> None:
+    """`privfair audit`: the distributions of the audit statistic on the two neighbouring inputs, with the chosen
+    threshold (privfair_cli/audit.py)."""
+    both = np.concatenate([out_d, out_d1])
+    both = both[np.isfinite(both)]
+    bins = np.histogram_bin_edges(both, bins=40) if both.size and np.ptp(both) > 0 else 10
+    with figure(path, panel=(6.4, 3.6), title=title) as (_fig, axes):
+        ax = axes[0, 0]
+        for values, label, colour in ((out_d, labels[0], "tab:blue"), (out_d1, labels[1], "tab:orange")):
+            values = values[np.isfinite(values)]
+            ax.hist(values, bins=bins, alpha=0.5, label=f"{label} ({len(values)})", color=colour)
+        if threshold is not None:
+            ax.axvline(threshold, color="k", linestyle="--", linewidth=1, label="threshold")
+        ax.set_xlabel("audit statistic")
+        ax.set_ylabel("releases")
+        ax.legend(fontsize=8)
