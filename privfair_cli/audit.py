@@ -347,6 +347,9 @@ def statistic(plugin, canary: dict, n: int, rng: np.random.Generator) -> float:
         return float(own(canary))
     if plugin.kind == "generator":
         return _generator(plugin, canary, n, rng)
+    if plugin.kind == "classifier" and not hasattr(plugin, "predict_proba"):
+        raise ConfigError(f"algo={plugin.name}: its release is not a model with predict_proba and it defines no "
+                          "audit_statistic; nothing to score a canary with")
     if plugin.kind not in STATISTICS:
         raise ConfigError(f"algo={plugin.name}: no audit statistic for task kind {plugin.kind!r}; audited kinds: "
                           f"{', '.join(STATISTICS)}")
@@ -749,6 +752,9 @@ SUITE_DEFAULT = {"classifier": "compas", "generator": "compas", "graph": "adult_
 SUITE_TRIALS = {"classifier": 500, "generator": 100, "graph": 30, "embedding": 40}
 SUITE_EXTRA = {"generator": ["algo.mlp_epochs=1"],  # the downstream MLP is not part of the release
                "classifier_rdp": ["algo.reference=false"]}  # DP-SGD's non-private reference model neither
+# Algorithms whose kind's default card or extras do not fit them: their own (card, extra overrides).
+SUITE_ALGO = {"ffpdg": ("compas_ffpdg", []), "ron_gauss": ("compas_ffpdg", []),
+              "dpsgd_es": ("compas", ["algo.batch_size=64"])}  # the audit sample has fewer rows than b = 256
 DOC = Path("docs/audit.md")
 
 
@@ -772,6 +778,11 @@ def suite_row(name: str, cls, root: Path) -> dict:
     extra = SUITE_EXTRA.get("classifier_rdp" if rdp else cls.kind, [])
     opts = {"trials": SUITE_TRIALS.get(cls.kind, 100)}
     data = SUITE_DEFAULT.get(cls.kind)
+    data, extra = SUITE_ALGO.get(name, (data, extra))
+    if cls.kind == "classifier" and not hasattr(cls, "predict_proba") and not hasattr(cls, "audit_statistic"):
+        why = "its release is not a model with predict_proba and it defines no audit_statistic"
+        print(f"{name}: not run ({why})", flush=True)
+        return {"algo": name, "data": "-", "verdict": "not_run", "reason": why}
     if data is None or (cls.kind not in STATISTICS and not hasattr(cls, "audit_statistic")):
         print(f"{name}: not run (task kind {cls.kind} has no audit statistic yet)", flush=True)
         return {"algo": name, "data": "-", "verdict": "not_run",
@@ -896,6 +907,9 @@ canaries.
 DOC_TAIL = """
 Reading the table: `pass` = no evidence against the claim at 99 % confidence; `fail` = the claim is refuted.
 Algorithms whose guarantee is `heuristic` are audited like the others; their claim is the eps their ledger records.
+A `fail` there confirms what the `heuristic` label says (FFPDG's and RON-Gauss's default pipelines read raw class
+counts and use the seed's too-small covariance sensitivity, docs/families/ffpdg.md); `make audit` exits non-zero
+only when an `eps-DP`, `(eps,delta)-DP` or `zCDP` claim is refuted.
 Why most bounds are 0 at these trial counts: the functional mechanism spreads its L1 sensitivity over d + d^2
 coefficients, so one record moves each by a small fraction of its noise and the likelihood ratio of a whole release
 stays near 0 except in tails that a few hundred trials do not reach (the test of `tests/test_audit.py` on a
@@ -925,7 +939,8 @@ def main(argv: list[str] | None = None) -> int:
     summary_path.write_text(json.dumps(summary, indent=2) + "\n")
     DOC.write_text(render_doc(summary))
     print(f"wrote {summary_path} and {DOC}")
-    failed = [r["algo"] for r in summary["rows"] if r["verdict"] == "fail"]
+    failed = [r["algo"] for r in summary["rows"]
+              if r["verdict"] == "fail" and r.get("guarantee") not in ("heuristic", "none")]
     return 1 if failed else 0
 
 

@@ -3,7 +3,7 @@ compatibility table (plugin `needs` vs `schema.card_views`) says the pair runs, 
 predicts, before any data is read. A new plugin or card is covered without touching this file.
 
 Runs use the defaults at eps = 1 on `data.n = PAIR_ROWS` rows, with the few overrides in SMALL that only make
-them fast. XFAIL lists the pairs that fail today for a reason another helper is fixing; strict, so each flips to
+them fast. XFAIL lists the pairs that fail today for a known reason being fixed; strict, so each flips to
 a failure once fixed and must then be removed from the dict."""
 
 from __future__ import annotations
