@@ -112,6 +112,7 @@ class FairGANConfig:
 
 
 # ---------------------------------------------------------------------------------------------- encoding
+MAX_WIDTH = 10_000  # one-hot columns of a record (Adult's 57 in the seed); wider views are refused, not trained
 @dataclass
 class Encoding:
     """The one-hot x of the discrete view's attributes (all but sensitive and label) and the codes of s and y."""
@@ -180,7 +181,13 @@ def encoding_of(data) -> Encoding:
     attrs = [c for c in columns if c not in (sens, label)]
     if not attrs:
         raise DataError(f"data={data.name}: no attribute besides {sens} and {label} to generate")
-    return Encoding(attrs, [int(data.domain[a]) for a in attrs], columns, sens, label, s_codes, y_codes)
+    sizes = [int(data.domain[a]) for a in attrs]
+    if sum(sizes) > MAX_WIDTH:
+        widest = ", ".join(f"{a} ({k:,})" for k, a in sorted(zip(sizes, attrs, strict=True), reverse=True)[:3])
+        raise DataError(f"data={data.name}: the one-hot record would have {sum(sizes):,} columns (widest: {widest}); "
+                        f"this family allows at most {MAX_WIDTH:,}: bin or drop those attributes in the card's "
+                        f"`discrete:` view")
+    return Encoding(attrs, sizes, columns, sens, label, s_codes, y_codes)
 
 
 # ---------------------------------------------------------------------------------------------- the model

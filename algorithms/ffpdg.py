@@ -61,7 +61,6 @@ from privfair_cli.errors import ConfigError, DataError
 from privfair_cli.registry import Plugin, option, register
 from privfair_cli.typed import bounds
 
-MAX_CELLS = 10_000  # TVD / ACD of the release over marginals with at most this many cells (as prefair)
 Panel = Literal["lr", "rf", "mlp", "gnb", "gb", "bnb", "dt", "lda"]
 
 
@@ -215,7 +214,7 @@ class FFPDG(Plugin):
         out = downstream.panel_metrics(enc(self.release), self.release[:, self.y_col], self.weights,
                                        enc(test_X), np.asarray(test.y).astype(int), np.asarray(test.s).astype(int),
                                        names, rng, cfg.compress_rows)
-        out |= metrics.release_metrics(train.frame, self.synthetic, train.domain, MAX_CELLS)
+        out |= metrics.release_metrics(train.frame, self.synthetic, train.domain)
         real = preprocess.features(train.frame.to_numpy(np.int64), self.domain)
         out["lrd"] = metrics.lrd(real, preprocess.features(self.release, self.domain), rng, cfg.lrd_folds)
         y_rel = self.release[:, self.y_col]

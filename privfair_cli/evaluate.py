@@ -51,7 +51,8 @@ def generator(plugin, train, test, rng: np.random.Generator) -> dict[str, float]
     plugin.synthetic = synth  # written by the plugin's artifacts()
     settings = getattr(plugin, "cfg", None)
     evaluation = settings if isinstance(settings, downstream.ReleaseEvaluation) else None
-    out = metrics.release_metrics(train.frame, synth, train.domain, evaluation.max_cells if evaluation else None)
+    cap = evaluation.max_cells if evaluation else metrics.MARGINAL_MAX_CELLS
+    out = metrics.release_metrics(train.frame, synth, train.domain, cap)
     if evaluation is not None:
         roles = plugin.fairness_roles() if hasattr(plugin, "fairness_roles") else test.roles
         out |= downstream.downstream_metrics(synth, test, roles, evaluation, rng)

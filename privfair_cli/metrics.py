@@ -244,8 +244,11 @@ def ref_code_v(table: np.ndarray) -> float:
     return float(math.sqrt(phi2c / (1 - 1 / (n - 1))))
 
 
+MARGINAL_MAX_CELLS = 10_000  # default cap on a marginal's cells for TVD / ACD (the PreFair reference code's)
+
+
 def release_metrics(real: pd.DataFrame, synth: pd.DataFrame, domain: dict[str, int],
-                    max_cells: int | None = None) -> dict[str, float]:
+                    max_cells: int | None = MARGINAL_MAX_CELLS) -> dict[str, float]:
     """Quality of a released table against the real one (prefair.md §9 items 1-3): `tvd_1way`, `tvd_2way` (mean TVD
     over the marginals with at most `max_cells` cells), `acd` (mean |V_real - V_syn| of Bergsma's corrected
     Cramér's V over the 2-way marginals) and `acd_ref_code` (the reference code's variant, A13)."""

@@ -40,7 +40,10 @@ SMALL = ({name: ["algo.epochs=1", "algo.batch_size=32"] for name in ("sgd", "dps
          | {name: ["algo.epochs=2", "algo.lpf_max_iter=20", "algo.df_max_iter=20"]
             for name in ("afa_lpf_pro", "afa_df_pro", "afa_lpf_ran", "afa_df_ran")})
 
-XFAIL: dict[tuple[str, str], str] = {}
+XFAIL: dict[tuple[str, str], str] = {
+    (name, "kdd"): "KDD's discrete view keeps the census instance weight (`unknown`, 123,232 levels): the one-hot "
+                   "record exceeds fairgan.MAX_WIDTH and the family refuses it"
+    for name in ("acgan", "fairgan", "fairgan_plus_dp", "fairgan_plus_eo", "fairgan_plus_eop")}
 
 
 def _cards() -> dict[str, dict]:
