@@ -46,6 +46,8 @@ Keys of the `reproduce:` block (REQUIRED, then optional):
 - `statistic` (`mean` or `median`, default `mean`): the statistic each published cell reports over its runs (e.g.
   PreFair Fig. 8: "each cell is a median over 10 runs"); it picks the default cell function and the tolerance's
   spread. A custom `cell` computes its own number and is only allowed with `mean`.
+- `variant_of` (an experiment name): this experiment measures the same published cells as that one with another
+  option (e.g. PreFair's Private-PGM estimator); the docs list it but count its cells only once, under that one.
 - `fast`: the experiment's fast subset for the regression guard (`privfair_cli.regress`): a list of overrides, or
   `{skip: reason}` where no subset is fast enough.
 """
@@ -77,7 +79,7 @@ RESULTS_ROOT = Path("results")  # outputs, relative to the working directory lik
 REQUIRED = ("published", "table", "datasets", "metrics")
 OPTIONAL = ("algorithms", "settings", "floors", "reasons", "substitute", "without_cuda", "values", "metric_suffix",
             "metrics_by_dataset", "key_notes", "cell", "label", "variants", "columns", "title", "figure", "fast",
-            "statistic")
+            "statistic", "variant_of")
 STATISTICS = {"mean": 1.0, "median": math.sqrt(math.pi / 2)}  # statistic -> factor c of its standard error
 MAD_TO_STD = 1.4826  # 1 / Phi^-1(3/4): the MAD of a normal sample times this estimates its std
 
