@@ -43,7 +43,9 @@ Deviations and choices (prefair.md §11 item numbers):
   and the reference code's variant, `acd_ref_code`, A13; conditional gaps both as the reference code's per-group
   means, `cdp`, ..., and the seed's weighted form, `cdp_weighted`, A14), downstream classifiers in
   `privfair_cli/downstream.py` (the reference code's MLP rebuilt in numpy; "linear regression" clipped to [0, 1]
-  before rounding). TVD and ACD compare with the released (training) table; downstream models train on
+  before rounding; `mlp_inputs: standardised` z-scores the MLP's inputs by the released table's own statistics,
+  a departure from A15's raw codes that Table 3 uses because raw KDD codes make the MLP predict no positive).
+  TVD and ACD compare with the released (training) table; downstream models train on
   synthetic data and are tested on the run's test split; set `data.test_size=0` for the paper's protocol
   (test = the full real data, A15).
 - A card without a `discrete:` view or without `roles.outcome` / `roles.admissible` is refused in one line naming
