@@ -17,10 +17,13 @@ Every release goes through the ledger (zCDP accountant; the run's privacy block 
 `is_fair(T)` (§1.3) is asserted on every tree the fair generators return.
 
 Deviations and choices (prefair.md §11 item numbers):
-- Model fitting uses the spec's tree fallback estimator (§3, "simpler fallback"), not Private-PGM's mirror
-  descent: node marginals by inverse-variance combination + simplex projection, edges by IPF. Same
-  measurements, consistent marginals, not bit-identical to Private-PGM (A23). Selection's product model is the
-  same projection of the 1-way measurements.
+- Model fitting (`estimator`, A23): `tree` (default) is the spec's fallback (§3, "simpler fallback"): node
+  marginals by inverse-variance combination + simplex projection, edges by IPF; same measurements, consistent
+  marginals, not bit-identical to Private-PGM. `pgm` is the paper's estimator, Private-PGM's mirror descent (mbi
+  2.x, the optional `pgm` extra; `tree_model.fit_pgm`, 5000 iterations as the MST reference code), whose tree
+  marginals feed the same rounding sampler (the reference code samples with Private-PGM's own `synthetic_data`,
+  also a rounding sampler). Both are post-processing of the same measurements. Selection's product model is the
+  same projection of the 1-way measurements under either.
 - A1: Exponential-PreFair's noise is sigma_q = sqrt(r / (2 rho_sel)) (the proof's, private); the reference
   code's typo is not reproduced. A7: `search_variant: exact` only: A* over fair forests in a canonical edge
   order (each forest generated once), heuristic = weight of the unconstrained minimum completion (admissible),
@@ -40,7 +43,9 @@ Deviations and choices (prefair.md §11 item numbers):
   and the reference code's variant, `acd_ref_code`, A13; conditional gaps both as the reference code's per-group
   means, `cdp`, ..., and the seed's weighted form, `cdp_weighted`, A14), downstream classifiers in
   `privfair_cli/downstream.py` (the reference code's MLP rebuilt in numpy; "linear regression" clipped to [0, 1]
-  before rounding). TVD and ACD compare with the released (training) table; downstream models train on
+  before rounding; `mlp_inputs: standardised` z-scores the MLP's inputs by the released table's own statistics,
+  a departure from A15's raw codes that Table 3 uses because raw KDD codes make the MLP predict no positive).
+  TVD and ACD compare with the released (training) table; downstream models train on
   synthetic data and are tested on the run's test split; set `data.test_size=0` for the paper's protocol
   (test = the full real data, A15).
 - A card without a `discrete:` view or without `roles.outcome` / `roles.admissible` is refused in one line naming
@@ -67,7 +72,7 @@ import numpy as np
 import pandas as pd
 
 from privfair_cli import metrics as core_metrics
-from privfair_cli.algorithms.tree_model import Measurement, TreeModel, fit_tree, project_simplex
+from privfair_cli.algorithms.tree_model import Measurement, TreeModel, fit_pgm, fit_tree, project_simplex
 from privfair_cli.downstream import ReleaseEvaluation
 from privfair_cli.errors import ConfigError, DataError
 from privfair_cli.privacy import accountants
@@ -302,6 +307,7 @@ class MSTConfig(ReleaseEvaluation):
 
     conversion: Literal["cks20", "rdp_classic"]
     compress: bool
+    estimator: Literal["tree", "pgm"]
     rows: Literal["nhat", "n_original"]
 
 
@@ -398,10 +404,21 @@ class MarginalTreeRelease(Plugin):
         var2 = (unit * math.sqrt(d - 1)) ** 2
         for (i, j), t, y in zip(edges, tables, np.split(noisy2, sizes), strict=True):
             meas.append(Measurement((i, j), y.reshape(t.shape), np.full(t.shape, var2), t.size * var2))
-        self.model: TreeModel = fit_tree(self.cdomain, edges, meas)
+        self.model: TreeModel = self.estimate(edges, meas)
         self.edges = edges
         self.fit_seconds = time.perf_counter() - t0
         return self
+
+    def estimate(self, edges, meas) -> TreeModel:
+        """The tree's marginals from the noisy measurements: the spec's tree fallback (`estimator: tree`) or
+        Private-PGM's mirror descent (`estimator: pgm`, the paper's; the optional `pgm` extra)."""
+        if self.cfg.estimator == "tree":
+            return fit_tree(self.cdomain, edges, meas)
+        try:
+            return fit_pgm(self.cdomain, edges, meas)
+        except ImportError as err:
+            raise ConfigError(f"algo.estimator=pgm needs Private-PGM (mbi 2.x, `pip install privfair[pgm]`), which "
+                              f"does not import here ({err}); allowed without it: tree") from None
 
     def scores(self, Xc, meas, I, J) -> np.ndarray:
         """q_ij = |M_ij(D') - Nhat phat_i phat_j|_1 with phat from the 1-way measurements (sensitivity 1)."""

@@ -17,6 +17,7 @@ Pure post-processing of noisy measurements: nothing here touches private data.
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from dataclasses import dataclass
 
@@ -179,4 +180,47 @@ def fit_tree(domain: list[int], edges: list[tuple[int, int]], measurements: list
         y = m.y if m is not None else two_way[(j, a)].y.T
         t = ipf(np.maximum(y, 0) + FLOOR, nodes[a], nodes[j])
         tables[(a, j)] = t / t.sum()
+    return TreeModel(list(domain), [(int(parent[j]), int(j)) for j in order[1:]], nodes, tables, total)
+
+
+PGM_ITERS = 5000  # mirror-descent iterations: the MST reference code's FactoredInference(iters=5000)
+
+
+def fit_pgm(domain: list[int], edges: list[tuple[int, int]], measurements: list[Measurement],
+            iters: int = PGM_ITERS) -> TreeModel:
+    """The same measurements fitted by Private-PGM (mbi 2.x, `MirrorDescent`, float64), the PreFair paper's
+    estimator; its marginals on the tree's nodes and edges become a `TreeModel`, so sampling is the same rounding
+    sampler. A cell's variance enters as Private-PGM's per-measurement std through the Q' rewrite: each cell and its
+    query are scaled by sqrt(v_min / v_cell), so every scaled cell has the std sqrt(v_min). Raises ImportError when
+    mbi is not installed (the optional `pgm` extra)."""
+    import warnings
+
+    with warnings.catch_warnings():  # mbi warns about JAX's float32 default and its compilation cache on import
+        warnings.simplefilter("ignore")
+        import jax
+        import mbi
+        from mbi import estimation
+        from mbi.marginal_loss import WeightedQuery
+    jax.config.update("jax_enable_x64", True)
+    names = [f"a{i}" for i in range(len(domain))]
+    v_min = min(float(np.min(m.var)) for m in measurements)
+    loss = []
+    for m in measurements:
+        w = np.sqrt(v_min / np.asarray(m.var, float)).ravel()
+        query = WeightedQuery(w) if not np.allclose(w, 1.0) else mbi.marginal_loss.DatavectorQuery()
+        loss.append(mbi.LinearMeasurement(np.asarray(m.y, float).ravel() * w, tuple(names[i] for i in m.clique),
+                                          stddev=math.sqrt(v_min), query=query))
+    model = estimation.MirrorDescent().estimate(mbi.Domain(names, list(domain)), loss, iters=iters)
+    total = float(model.total)
+    d = len(domain)
+    order, parent = tree_order(d, edges)
+    nodes = []
+    for i in range(d):
+        p = np.clip(np.asarray(model.project((names[i],)).datavector(), float), 0, None)
+        nodes.append(p / p.sum())
+    tables = {}
+    for j in order[1:]:
+        a = int(parent[j])
+        t = np.clip(np.asarray(model.project((names[a], names[j])).datavector(flatten=False), float), 0, None)
+        tables[(a, int(j))] = t / t.sum()
     return TreeModel(list(domain), [(int(parent[j]), int(j)) for j in order[1:]], nodes, tables, total)

@@ -12,6 +12,19 @@ our stand-in for the TETRAD generator the thesis used, whose parameters it does 
    `strong` (one random category 1.0, the others U(0, 0.3), normalised).
 4. n records drawn ancestrally, codes 0..Cat_j - 1.
 The DAG goes into `meta["true_adjacency"]`. All draws use the run's data stream.
+
+`generator: tetrad` replaces steps 1 and 3 by TETRAD's own simulation of a categorical Bayes net (the thesis'
+generator, privpc.md P13), from TETRAD 6's source:
+- graph: `RandomGraph.randomGraphRandomForwardEdges` with round(s p(p-1)/2) edges requested: the nodes shuffled,
+  then repeated draws of two node positions c1, c2 (with replacement); a draw is skipped when c1 = c2, the pair is
+  already adjacent, or the edge would exceed a cap (`graph.max_indegree` of the later node, `max_outdegree` of the
+  earlier, `max_degree` of either; none by default, TETRAD's defaults of 100 never bind for p <= 20); otherwise the
+  edge goes from the earlier to the later position. TETRAD stops after 2 x (requested edges) draws, so a dense
+  request can end with fewer edges (recorded in meta as `edges_requested` / `edges_drawn`);
+- CPT rows: `MlBayesIm` with `RANDOM` initialisation, `randomizeRow` -> `getRandomWeights3`: per category
+  v ~ U(0, 1), weight 3v if v > 0.5 else v, the row normalised;
+- categories per node uniform on cats.low..cats.high (`BayesPm(graph, min, max)`), and ancestral sampling
+  (`MlBayesIm.simulateData`) as above. `graph.edges` and `cpt.scheme` do not apply.
 """
 
 from __future__ import annotations
@@ -57,6 +70,39 @@ def random_dag(p: int, s: float, rng: np.random.Generator, edges: str = "exact",
     return A
 
 
+def tetrad_forward_dag(p: int, n_edges: int, rng: np.random.Generator, max_indegree=None, max_outdegree=None,
+                       max_degree=None) -> np.ndarray:
+    """TETRAD's randomGraphRandomForwardEdges (module docstring): 0/1 adjacency A[i, j] = 1 for i -> j. A loop over
+    draws, not rows: at most 2 n_edges + 1 iterations for p nodes."""
+    big = p + 1  # "no cap"
+    cap_in, cap_out, cap_deg = (big if c is None else int(c) for c in (max_indegree, max_outdegree, max_degree))
+    order = rng.permutation(p)
+    A = np.zeros((p, p), dtype=np.int8)
+    edges = trials = 0
+    while edges < n_edges:
+        c1, c2 = (int(c) for c in rng.integers(0, p, 2))
+        trials += 1
+        if trials > 2 * n_edges:
+            break
+        if c1 == c2:
+            continue
+        u, v = order[min(c1, c2)], order[max(c1, c2)]
+        if A[u, v] or A[v, u] or A[:, v].sum() >= cap_in or A[u].sum() >= cap_out:
+            continue
+        if A[u].sum() + A[:, u].sum() + 1 > cap_deg or A[v].sum() + A[:, v].sum() + 1 > cap_deg:
+            continue
+        A[u, v] = 1
+        edges += 1
+    return A
+
+
+def tetrad_cpt_rows(k: int, rows: int, rng: np.random.Generator) -> np.ndarray:
+    """MlBayesIm RANDOM rows (TETRAD 6 getRandomWeights3): v ~ U(0, 1), weight 3v if v > 0.5 else v, normalised."""
+    v = rng.random((rows, k))
+    w = np.where(v > 0.5, 3 * v, v)
+    return w / w.sum(1, keepdims=True)
+
+
 def cpt_rows(k: int, rows: int, scheme: str, rng: np.random.Generator, alpha: float = 1.0) -> np.ndarray:
     if scheme == "uniform_normalised":
         w = rng.random((rows, k))
@@ -99,7 +145,15 @@ def generate(card, rng: np.random.Generator) -> Table:
     if p < 2 or not 0 <= s <= 1 or n < 1:
         raise DataError(f"data={card['name']}: need p >= 2, 0 <= s <= 1 and n >= 1 (got p={p}, s={s}, n={n})")
     g, c, cpt = card.get("graph") or {}, card.get("cats") or {}, card.get("cpt") or {}
-    A = random_dag(p, s, rng, g.get("edges", "exact"), g.get("max_indegree"), g.get("max_degree"))
+    generator = card.get("generator", "standin")
+    if generator not in ("standin", "tetrad"):
+        raise ConfigError(f"data.generator={generator!r} is unknown; allowed: standin, tetrad")
+    requested = int(round(s * p * (p - 1) / 2))
+    if generator == "tetrad":
+        A = tetrad_forward_dag(p, requested, rng, g.get("max_indegree"), g.get("max_outdegree"),
+                               g.get("max_degree"))
+    else:
+        A = random_dag(p, s, rng, g.get("edges", "exact"), g.get("max_indegree"), g.get("max_degree"))
     low, high, max_cells = int(c.get("low", 2)), int(c.get("high", 5)), float(c.get("max_cells", 2**29))
     redraws = 0
     cats = rng.integers(low, high + 1, p)
@@ -107,10 +161,14 @@ def generate(card, rng: np.random.Generator) -> Table:
         redraws += 1
         cats = rng.integers(low, high + 1, p)
     scheme, alpha = cpt.get("scheme", "uniform_normalised"), float(cpt.get("alpha", 1.0))
-    cpts = [cpt_rows(int(cats[j]), int(np.prod(cats[A[:, j] == 1])), scheme, rng, alpha) for j in range(p)]
+    if generator == "tetrad":
+        cpts = [tetrad_cpt_rows(int(cats[j]), int(np.prod(cats[A[:, j] == 1])), rng) for j in range(p)]
+    else:
+        cpts = [cpt_rows(int(cats[j]), int(np.prod(cats[A[:, j] == 1])), scheme, rng, alpha) for j in range(p)]
     codes = ancestral_sample(A, cats, cpts, n, rng)
     names = [f"V{i + 1}" for i in range(p)]
     frame = pd.DataFrame(codes, columns=names)
-    meta = {"true_adjacency": A, "category_redraws": redraws}
+    meta = {"true_adjacency": A, "category_redraws": redraws, "generator": generator,
+            "edges_requested": requested, "edges_drawn": int(A.sum())}
     return Table(card["name"], codes.astype(float), np.zeros(n, dtype=np.int64), None, names, frame,
                  {nm: int(k) for nm, k in zip(names, cats, strict=True)}, {}, meta)

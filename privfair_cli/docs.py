@@ -4,7 +4,9 @@ Reads every experiment config with a `reproduce:` block (`configs/experiment/*.y
 (`results/reproduce/<experiment>/comparison.csv`, written by `privfair reproduce`), and the plugin registry, then
 
 - writes `docs/reproduction.md`: per paper, experiment and table, how many cells match, deviate, are substituted or
-  were not run, with a link to each comparison and every non-matching cell's reason;
+  were not run, with a link to each comparison and every non-matching cell's reason; and per algorithm family, the
+  matched / deviating cells now against the recorded baseline (`results/reproduce/baseline.csv`: the counts per
+  experiment and table before the comparisons were last reworked), so a change of how we measure shows its effect;
 - rewrites the block of `README.md` between `START` and `END` with the summary table;
 - rewrites the block between `ALGORITHMS_START` and `ALGORITHMS_END` with the algorithm table: one row per
   algorithm module (`registry.ALGORITHM_MODULES`), its task kinds, its algorithms grouped by the guarantee each
@@ -36,6 +38,7 @@ ALGORITHMS_START = "<!-- algorithms:start -->"
 ALGORITHMS_END = "<!-- algorithms:end -->"
 FAMILIES = Path("docs") / "families"
 REPORT = Path("docs") / "reproduction.md"
+BASELINE = Path("results") / "reproduce" / "baseline.csv"
 README = Path("README.md")
 # Experiment names are `<paper>_<table>`; the paper prefix names the source. Unknown prefixes show as they are.
 PAPERS = {
@@ -129,7 +132,8 @@ def _duration(seconds: float | None) -> str:
 def summary_table(exps: list[Experiment], report_link: str = "docs/reproduction.md",
                   times: dict[str, float] | None = None) -> str:
     """One row per experiment: its tables and the number of cells per verdict (the README's summary); with `times`
-    (`make reproduce`), a last column with each experiment's wall time."""
+    (`make reproduce`), a last column with each experiment's wall time. The totals leave out the experiments that
+    declare `variant_of` (the same published cells measured with another option)."""
     timed = times is not None
     head = ["experiment", "paper tables", *(LABELS[v] for v in VERDICTS), *(["wall time"] if timed else [])]
     lines = [_row(head), _row(["---"] * len(head))]
@@ -137,7 +141,7 @@ def summary_table(exps: list[Experiment], report_link: str = "docs/reproduction.
     for e in exps:
         counts = _counts(e.cells)
         for v in VERDICTS:
-            total[v] += counts[v]
+            total[v] += 0 if e.spec.get("variant_of") else counts[v]  # a variant's cells are counted once
         name = f"[`{e.name}`]({report_link}#{_anchor(e.name)})"
         tables = ", ".join(e.tables)
         row = _count_cells(counts) if e.cells is not None else ["", "", "", "no comparison committed"]
@@ -189,7 +193,66 @@ def _experiment_section(e: Experiment) -> list[str]:
     return lines
 
 
-def report(exps: list[Experiment]) -> str:
+def experiment_families(root: Path, exps: list[Experiment]) -> dict[str, str]:
+    """Experiment -> its family (the family page's name): the page of the last algorithm of the experiment's sweep
+    (`hydra.sweeper.params.algo`; the paper's own method comes after its baselines) that has one, else `other`."""
+    from privfair_cli import registry
+
+    plugins = registry.load_plugins()
+    pages = family_pages(root)
+    out = {}
+    for e in exps:
+        params = OmegaConf.to_container(OmegaConf.load(root / "configs" / "experiment" / f"{e.name}.yaml"),
+                                        resolve=False).get("hydra", {}).get("sweeper", {}).get("params", {})
+        algos = [a.strip() for a in str(params.get("algo", "")).split(",") if a.strip()]
+        found = [pages[m] for m in (plugins[a].__module__.rsplit(".", 1)[-1] for a in algos if a in plugins)
+                 if m in pages]
+        out[e.name] = Path(found[-1]).stem if found else "other"
+    return out
+
+
+def family_table(root: Path, exps: list[Experiment]) -> str:
+    """Per family: matched and deviating cells in the baseline and now, and the share of compared cells (match +
+    deviates) that match. Experiments without a baseline row count 0 before."""
+    csv = root / BASELINE
+    base = pd.read_csv(csv) if csv.is_file() else pd.DataFrame(columns=["experiment", *VERDICTS])
+    before = base.groupby("experiment")[list(VERDICTS)].sum()
+    families = experiment_families(root, exps)
+    rows: dict[str, list[int]] = {}
+    variants: dict[str, list[int]] = {}
+    for e in exps:
+        now = _counts(e.cells)
+        if e.spec.get("variant_of"):  # the same published cells as another experiment: counted there, shown apart
+            acc = variants.setdefault(families[e.name], [0, 0])
+            acc[0] += now["match"]
+            acc[1] += now["deviates"]
+            continue
+        old = before.loc[e.name] if e.name in before.index else dict.fromkeys(VERDICTS, 0)
+        acc = rows.setdefault(families[e.name], [0, 0, 0, 0])
+        for k, v in enumerate([old["match"], old["deviates"], now["match"], now["deviates"]]):
+            acc[k] += int(v)
+
+    def share(m: int, d: int) -> str:
+        return f"{100 * m / (m + d):.0f}%" if m + d else ""
+
+    head = ["family", "match before", "deviates before", "matched before", "match now", "deviates now",
+            "matched now", "variants: match / deviates"]
+    lines = [_row(head), _row(["---"] * len(head))]
+    total = [0, 0, 0, 0]
+    for family in sorted(rows):
+        mb, db, mn, dn = rows[family]
+        total = [t + v for t, v in zip(total, rows[family], strict=True)]
+        link = f"[{family}](families/{family}.md)" if family != "other" else family
+        var = variants.get(family)
+        lines.append(_row([link, str(mb), str(db), share(mb, db), str(mn), str(dn), share(mn, dn),
+                           f"{var[0]} / {var[1]}" if var else ""]))
+    mb, db, mn, dn = total
+    lines.append(_row(["**all**", f"**{mb}**", f"**{db}**", share(mb, db), f"**{mn}**", f"**{dn}**",
+                       share(mn, dn), ""]))
+    return "\n".join(lines)
+
+
+def report(exps: list[Experiment], root: Path | None = None) -> str:
     """The text of docs/reproduction.md."""
     lines = [
         "# Reproduction report",
@@ -208,6 +271,21 @@ def report(exps: list[Experiment]) -> str:
         summary_table(exps, report_link=""),
         "",
     ]
+    if root is not None and (root / BASELINE).is_file():
+        lines += [
+            "## Per family: before and after",
+            "",
+            "Matched and deviating cells per algorithm family in the recorded baseline "
+            "(`results/reproduce/baseline.csv`, the counts before the comparisons compared like with like: "
+            "published medians as medians, the papers' estimators as options, the evaluation classifiers checked) "
+            "and in the committed comparisons now; `matched` is the share of compared cells (match + deviates) "
+            "that match. The last column counts the experiments that re-measure a family's cells with another "
+            "option (`variant_of`: PreFair with Private-PGM, Tables 4.3-4.6 with TETRAD's generator), which the "
+            "other columns leave out.",
+            "",
+            family_table(root, exps),
+            "",
+        ]
     for paper in dict.fromkeys(e.paper for e in exps):
         lines += [f"## {PAPERS.get(paper, paper)}", ""]
         for e in exps:
@@ -273,7 +351,7 @@ def expected(root: Path) -> dict[Path, str]:
     exps = experiments(root)
     readme = with_block((root / README).read_text(), readme_block(exps))
     readme = with_block(readme, algorithm_table(root), ALGORITHMS_START, ALGORITHMS_END)
-    return {REPORT: report(exps), README: readme}
+    return {REPORT: report(exps, root), README: readme}
 
 
 def main(argv: list[str] | None = None) -> int:

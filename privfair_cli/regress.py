@@ -9,7 +9,9 @@ never writes. An experiment whose runs are too slow or GPU-only declares `fast: 
 The rule (docs/reproducing.md, "Regression guard"). For a cell with committed deviation `d`, tolerance `tol` and
 std of our runs `s`, and a fresh deviation `d'` over `n'` runs of the subset:
 
-    slack = 2 s / sqrt(n')          (two standard errors of a mean of n' runs; 0 where s is undefined)
+    slack = 2 c s / sqrt(n')        (two standard errors of the experiment's statistic over n' runs; 0 where s
+                                     is undefined; c = 1 for means, sqrt(pi / 2) for medians, whose `s` is the
+                                     robust spread 1.4826 MAD: reproduce.STATISTICS)
 
 - a committed `match` fails when |d'| > tol + slack (it now deviates);
 - any compared cell fails when |d' - d| > tol + slack (its deviation moved by more than its tolerance);
@@ -96,9 +98,10 @@ def _fresh_verdict(committed: str, dev: float, tol: float, slack: float) -> str:
     return committed
 
 
-def compare_cells(fresh: pd.DataFrame, committed: pd.DataFrame) -> tuple[list[str], int, int]:
+def compare_cells(fresh: pd.DataFrame, committed: pd.DataFrame, factor: float = 1.0) -> tuple[list[str], int, int]:
     """Failures (one line per failing cell), and the numbers of compared and not compared cells. `fresh` is a
-    comparison frame of `reproduce.compare` (with its hidden columns), `committed` the committed comparison.csv."""
+    comparison frame of `reproduce.compare` (with its hidden columns), `committed` the committed comparison.csv;
+    `factor` is the statistic's standard-error factor c (reproduce.STATISTICS)."""
     if len(fresh) != len(committed):
         return [f"the committed comparison has {len(committed)} cells, the experiment gives {len(fresh)}: "
                 f"re-run `privfair reproduce` and commit its comparison"], 0, 0
@@ -112,13 +115,13 @@ def compare_cells(fresh: pd.DataFrame, committed: pd.DataFrame) -> tuple[list[st
             skipped += 1
             continue
         compared += 1
-        failures += [f"{_label(old)}: {text}" for text in _cell_failures(new, old)]
+        failures += [f"{_label(old)}: {text}" for text in _cell_failures(new, old, factor)]
     return failures, compared, skipped
 
 
-def _cell_failures(new, old) -> list[str]:
+def _cell_failures(new, old, factor: float = 1.0) -> list[str]:
     tol, std = _num(old.tolerance), _num(old.ours_std)
-    slack = 2 * (0.0 if math.isnan(std) else std) / math.sqrt(max(int(new.runs), 1))
+    slack = 2 * factor * (0.0 if math.isnan(std) else std) / math.sqrt(max(int(new.runs), 1))
     d_old, d_new = _num(old.deviation), _num(new.deviation)
     out = []
     numeric = not (math.isnan(d_old) or math.isnan(d_new) or math.isnan(tol))
@@ -160,7 +163,8 @@ def check(name: str, overrides: list[str] | None = None) -> Outcome:
         return outcome
     outcome.out, outcome.fresh = str(fresh.attrs["out"]), fresh
     outcome.failures += [f"run failed: {d}" for d in fresh.attrs["failed"]]
-    failures, outcome.compared, outcome.not_compared = compare_cells(fresh, committed)
+    failures, outcome.compared, outcome.not_compared = compare_cells(
+        fresh, committed, rp.STATISTICS[spec.get("statistic", "mean")])
     outcome.failures += failures
     return outcome
 

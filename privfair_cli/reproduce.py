@@ -13,9 +13,12 @@ The experiment config (`configs/experiment/NAME.yaml`) holds the sweep (`hydra.s
 A run that fails is recorded in its folder and its cells show `not_run`; the others are compared.
 
 Verdict of a cell: `match` when |ours - published| <= tolerance, with
-`tolerance = max(floor, 2 sqrt(std_pub^2 + std_ours^2) / sqrt(runs))` (two standard errors of the difference
-of means when both sides average `runs` runs); `deviates` otherwise; `substitute` where our dataset stands in for
-one that is not public; `not_run` where no run matched the cell.
+`tolerance = max(floor, 2 c sqrt(std_pub^2 + std_ours^2) / sqrt(runs))` (two standard errors of the difference
+of the two statistics when both sides summarise `runs` runs); `deviates` otherwise. The statistic is the one the
+paper publishes (`statistic`): for `mean` (the default) a cell is the mean and sample std of its runs and `c = 1`;
+for `median` it is the median and the robust spread `1.4826 MAD` (a consistent estimate of the std) and
+`c = sqrt(pi / 2)`, the asymptotic efficiency factor of the median's standard error; `substitute` where our
+dataset stands in for one that is not public; `not_run` where no run matched the cell.
 
 Keys of the `reproduce:` block (REQUIRED, then optional):
 - `published` (a CSV under results/published), `table` (one name or a list), `datasets` ({published: card, or a
@@ -40,6 +43,11 @@ Keys of the `reproduce:` block (REQUIRED, then optional):
 - `columns` ({column: {our metric key: text}, or `key`}): extra columns of comparison.csv / .md; `key` writes the
   metric key behind each cell.
 - `title`: the heading of comparison.md; `figure`: figure kinds (`privfair_cli.plots`), one mapping or a list.
+- `statistic` (`mean` or `median`, default `mean`): the statistic each published cell reports over its runs (e.g.
+  PreFair Fig. 8: "each cell is a median over 10 runs"); it picks the default cell function and the tolerance's
+  spread. A custom `cell` computes its own number and is only allowed with `mean`.
+- `variant_of` (an experiment name): this experiment measures the same published cells as that one with another
+  option (e.g. PreFair's Private-PGM estimator); the docs list it but count its cells only once, under that one.
 - `fast`: the experiment's fast subset for the regression guard (`privfair_cli.regress`): a list of overrides, or
   `{skip: reason}` where no subset is fast enough.
 """
@@ -70,7 +78,10 @@ HIDDEN = [KEY, RUNS, STATED]
 RESULTS_ROOT = Path("results")  # outputs, relative to the working directory like every run folder
 REQUIRED = ("published", "table", "datasets", "metrics")
 OPTIONAL = ("algorithms", "settings", "floors", "reasons", "substitute", "without_cuda", "values", "metric_suffix",
-            "metrics_by_dataset", "key_notes", "cell", "label", "variants", "columns", "title", "figure", "fast")
+            "metrics_by_dataset", "key_notes", "cell", "label", "variants", "columns", "title", "figure", "fast",
+            "statistic", "variant_of")
+STATISTICS = {"mean": 1.0, "median": math.sqrt(math.pi / 2)}  # statistic -> factor c of its standard error
+MAD_TO_STD = 1.4826  # 1 / Phi^-1(3/4): the MAD of a normal sample times this estimates its std
 
 
 def published_dir() -> Path:
@@ -94,6 +105,13 @@ def experiment_spec(name: str) -> dict:
     if unknown:
         raise ConfigError(f"experiment {name}: reproduce.{unknown[0]} is not a key of reproduce; allowed: "
                           f"{', '.join(REQUIRED + OPTIONAL)}")
+    statistic = spec.get("statistic", "mean")
+    if statistic not in STATISTICS:
+        raise ConfigError(f"experiment {name}: reproduce.statistic is {statistic!r}; allowed: "
+                          f"{', '.join(STATISTICS)}")
+    if statistic != "mean" and spec.get("cell"):
+        raise ConfigError(f"experiment {name}: reproduce.statistic={statistic} needs the default cell; a custom "
+                          f"reproduce.cell computes its own number (allowed with it: statistic=mean)")
     return spec
 
 
@@ -142,6 +160,19 @@ def mean_of_runs(pick, algorithm: str, key: str) -> Cell:
                 n)
 
 
+def median_of_runs(pick, algorithm: str, key: str) -> Cell:
+    """The cell of a paper that publishes medians: median of `key` over the runs of `algorithm`, with the robust
+    spread `1.4826 MAD` in place of the std (it estimates the std of normal runs and ignores outlying ones)."""
+    sel = pick(algorithm)
+    values = sel[key].dropna().to_numpy(dtype=float) if key in sel else np.empty(0)
+    n = len(values)
+    if not n:
+        return Cell(float("nan"), float("nan"), 0)
+    median = float(np.median(values))
+    spread = MAD_TO_STD * float(np.median(np.abs(values - median))) if n > 1 else float("nan")
+    return Cell(median, spread, n)
+
+
 def ratio(pick, algorithm: str, key: str, denominator: str, scale: float = 100.0,
           undefined: str = "ratio undefined: both means are 0") -> Cell:
     """`scale * mean(algorithm) / mean(denominator)` of `key` over the runs of the same dataset and settings
@@ -178,7 +209,9 @@ def stopping_rule(pick, algorithm: str, key: str, trainer: str = "dpsgd_es") -> 
 
 
 def _cell_function(spec: dict):
-    return _target(spec["cell"], "cell") if spec.get("cell") else mean_of_runs
+    if spec.get("cell"):
+        return _target(spec["cell"], "cell")
+    return median_of_runs if spec.get("statistic", "mean") == "median" else mean_of_runs
 
 
 def _target(value, key: str):
@@ -218,7 +251,8 @@ def _row(spec: dict, r, label: str, key: str, cell: Cell, reason: str | None) ->
     pub_std = 0.0 if pd.isna(r.std) else float(r.std)
     ours_std = 0.0 if math.isnan(cell.std) else cell.std
     tol = max(float((spec.get("floors") or {}).get(r.metric, 0.01)),
-              2 * math.sqrt(pub_std**2 + ours_std**2) / math.sqrt(max(cell.n, 1)))
+              2 * STATISTICS[spec.get("statistic", "mean")] * math.sqrt(pub_std**2 + ours_std**2)
+              / math.sqrt(max(cell.n, 1)))
     dev = cell.mean - float(r.mean) if cell.n else float("nan")
     if not cell.n:
         verdict = "not_run"

@@ -460,3 +460,44 @@ def test_learners_with_the_same_test_share_one_reference(tmp_path, monkeypatch):
     priv, _ = fit("privpc", data, 5.0)
     monkeypatch.setattr(type(priv), "reference_graph", lambda self, d: pytest.fail("recomputed"))
     assert (evaluate.graph(priv, data, None, None)["true_edges"] == fit("pc", data)[0].adjacency.sum() // 2)
+
+
+# ------------------------------------------------------------------------------------------ TETRAD's generator
+def test_tetrad_cpt_rows_follow_get_random_weights3():
+    """MlBayesIm RANDOM rows (TETRAD 6): weight w = 3v if v > 0.5 else v, v ~ U(0, 1), then normalised. The
+    unnormalised weight's distribution: P(w <= 0.5) = 1/2, and above 1.5 it is uniform on (1.5, 3]; a k = 2 row's
+    first probability is w1 / (w1 + w2), checked against a direct simulation of the rule with scipy's KS test."""
+    rng = np.random.default_rng(0)
+    rows = synthetic_categorical.tetrad_cpt_rows(2, 20000, rng)
+    np.testing.assert_allclose(rows.sum(1), 1.0)
+    v = np.random.default_rng(1).random((20000, 2))
+    w = np.where(v > 0.5, 3 * v, v)
+    assert stats.ks_2samp(rows[:, 0], w[:, 0] / w.sum(1)).pvalue > 1e-3
+    # the jump at v = 0.5 (weights in (0.5, 1.5) never occur) makes lopsided rows more likely than U(0,1) weights
+    uniform = synthetic_categorical.cpt_rows(2, 20000, "uniform_normalised", np.random.default_rng(2))
+    assert np.mean(np.abs(rows[:, 0] - 0.5) > 0.3) > np.mean(np.abs(uniform[:, 0] - 0.5) > 0.3) + 0.05
+
+
+def test_tetrad_forward_dag_is_acyclic_capped_and_stops_after_twice_the_edges():
+    rng = np.random.default_rng(0)
+    for _ in range(50):
+        A = synthetic_categorical.tetrad_forward_dag(8, 12, rng, max_indegree=2, max_outdegree=3, max_degree=4)
+        assert len(synthetic_categorical.topological_order(A)) == 8  # acyclic
+        assert A.sum() <= 12 and A.sum(0).max() <= 2 and A.sum(1).max() <= 3 and (A.sum(0) + A.sum(1)).max() <= 4
+        assert not np.any(A & A.T)
+    # a complete graph requested on 5 nodes: 20 draws for 10 edges, so TETRAD's loop often ends short of it
+    drawn = [synthetic_categorical.tetrad_forward_dag(5, 10, rng).sum() for _ in range(200)]
+    assert max(drawn) <= 10 and np.mean(drawn) < 9.5
+    # without caps and a sparse request every requested edge is drawn
+    assert all(synthetic_categorical.tetrad_forward_dag(10, 9, rng).sum() == 9 for _ in range(20))
+
+
+def test_generator_tetrad_end_to_end_and_unknown_generator():
+    card = {"name": "synthetic_categorical", "p": 6, "s": 0.4, "n": 500, "generator": "tetrad"}
+    table = synthetic_categorical.generate(card, np.random.default_rng(0))
+    assert table.meta["generator"] == "tetrad" and table.meta["edges_requested"] == 6
+    assert table.meta["edges_drawn"] == table.meta["true_adjacency"].sum() <= 6
+    assert table.frame.shape == (500, 6)
+    assert all(table.frame[c].max() < table.domain[c] for c in table.frame.columns)
+    with pytest.raises(ConfigError, match="data.generator='gibbs' is unknown; allowed: standin, tetrad"):
+        synthetic_categorical.generate(card | {"generator": "gibbs"}, np.random.default_rng(0))

@@ -281,6 +281,51 @@ def test_private_pgm_cross_check():
     assert tree.total == pytest.approx(float(pgm.total), rel=1e-3)
 
 
+def test_fit_pgm_agrees_with_fit_tree_on_a_star_with_merged_buckets():
+    """`estimator: pgm` (tree_model.fit_pgm) and `estimator: tree` (fit_tree) on the same noisy measurements of a
+    star whose parent is the last attribute (edges stored as (child, parent) and (parent, child)), with a merged
+    bucket of 4 times the variance (domain compression): the same edge and node marginals within a small tolerance,
+    and the same total."""
+    pytest.importorskip("mbi")
+    rng = np.random.default_rng(3)
+    n, k, sigma = 30000, 4, 15.0
+    hub = rng.integers(0, k, n)
+    x = np.column_stack([np.where(rng.random(n) < 0.7, hub, rng.integers(0, k, n)) for _ in range(3)] + [hub])
+    d = x.shape[1]
+    var = np.full(k, sigma**2)
+    var[-1] *= 4  # the merged bucket of 4 values (compress: m var)
+    meas = [tm.Measurement((j,), np.bincount(x[:, j], minlength=k) + rng.normal(0, 1, k) * np.sqrt(var), var,
+                           float(var.sum())) for j in range(d)]
+    edges = [(0, 3), (3, 1), (2, 3)]
+    for i, j in edges:
+        t = np.bincount(x[:, i] * k + x[:, j], minlength=k * k).reshape(k, k) + rng.normal(0, sigma, (k, k))
+        meas.append(tm.Measurement((i, j), t, np.full((k, k), sigma**2), k * k * sigma**2))
+    tree = tm.fit_tree([k] * d, edges, meas)
+    pgm = tm.fit_pgm([k] * d, edges, meas)
+    assert sorted(map(sorted, pgm.edges)) == sorted(map(sorted, tree.edges))
+    for i, j in edges:
+        np.testing.assert_allclose(pgm.marginal(i, j), tree.marginal(i, j), atol=3e-3)
+    for i in range(d):
+        np.testing.assert_allclose(pgm.nodes[i], tree.nodes[i], atol=3e-3)
+    assert pgm.total == pytest.approx(tree.total, rel=2e-3)
+    sample = pgm.sample(5000, np.random.default_rng(0))
+    assert sample.shape == (5000, d) and sample.max() < k
+
+
+def test_mst_with_the_pgm_estimator_recovers_a_chain_and_keeps_the_ledger():
+    """End to end: `estimator: pgm` changes only the post-processing, so the ledger is the tree estimator's, and
+    its release keeps the chain's strong pairwise agreement."""
+    pytest.importorskip("mbi")
+    data = chain_table(n=5000)
+    tree, tree_ledger = fit("mst", data, eps=50)
+    pgm, pgm_ledger = fit("mst", data, eps=50, estimator="pgm")
+    assert [e.rho for e in pgm_ledger.entries] == [e.rho for e in tree_ledger.entries]
+    assert pgm.edges == tree.edges
+    rows = pgm.sample(pgm.n_rows(), np.random.default_rng(0)).to_numpy()
+    agree = [(rows[:, j] == rows[:, j + 1]).mean() for j in range(5)]
+    assert min(agree) > 0.8  # copies with prob 0.85 (+ 1/3 of the rest): about 0.9 per link
+
+
 # ------------------------------------------------------------------------------------------- end to end
 def chain_table(n=20000, d=6, seed=0):
     rng = np.random.default_rng(seed)
@@ -371,3 +416,23 @@ def test_mst_on_adult_at_huge_eps_beats_the_papers_eps10_tvd():
     m = metrics.release_metrics(table.frame, synth, table.domain)
     assert m["tvd_2way"] < 0.0412  # Figure 7(b), MST at eps = 10
     assert m["tvd_1way"] < 0.005
+
+
+def test_standardised_mlp_inputs_are_z_scores_of_the_training_table():
+    """`mlp_inputs: standardised`: the MLP trained on the training table's z-scores (a constant column only
+    centred), with the same statistics applied to the test rows; `raw` leaves the codes as they are."""
+    rng = np.random.default_rng(0)
+    X = np.column_stack([rng.integers(0, 120000, 400), rng.integers(0, 3, 400), np.full(400, 7.0)]).astype(float)
+    y = (X[:, 1] > 0).astype(float)
+    Z = rng.integers(0, 120000, (50, 3)).astype(float)
+    scale = downstream.standardiser(X)
+    np.testing.assert_allclose(scale(X)[:, :2].mean(0), 0, atol=1e-12)
+    np.testing.assert_allclose(scale(X)[:, :2].std(0), 1, atol=1e-12)
+    assert np.all(scale(X)[:, 2] == 0) and np.all(np.isfinite(scale(Z)))
+    settings = downstream.ReleaseEvaluation(10000, "mlp", 2, 10, "standardised")
+    ours = downstream.train_classifier("mlp", X, y, np.random.default_rng(1), settings)(Z)
+    by_hand = downstream.train_mlp(scale(X), y, np.random.default_rng(1), 2)(scale(Z))
+    assert np.array_equal(ours, by_hand)
+    raw = downstream.train_classifier("mlp", X, y, np.random.default_rng(1),
+                                      downstream.ReleaseEvaluation(10000, "mlp", 2, 10, "raw"))(Z)
+    assert np.array_equal(raw, downstream.train_mlp(X, y, np.random.default_rng(1), 2)(Z))

@@ -187,3 +187,38 @@ def test_figure_kinds_write_their_files(tmp_path):
     plots.graph(adj, ["a", "b", "c"], tmp_path / "f.png", true=np.array([[0, 1, 1], [0, 0, 0], [0, 0, 0]]))
     for name in "abcdef":
         assert (tmp_path / f"{name}.png").stat().st_size > 5_000, name
+
+
+# ------------------------------------------------------------------------------------------ the published statistic
+def test_median_cells_use_the_median_and_a_robust_spread():
+    """`statistic: median`: the cell is the median of its runs, its spread 1.4826 MAD (scipy's normal-scaled MAD),
+    and the tolerance widens by sqrt(pi/2), the standard error of a median relative to a mean's."""
+    from scipy.stats import median_abs_deviation
+
+    accs = [0.50, 0.52, 0.53, 0.55, 0.95]  # one outlying run: it moves the mean, not the median
+    df = runs("privlr", 1, accs)
+    spec = SPEC | {"statistic": "median"}
+    out = reproduce.compare(df, PUBLISHED, spec).set_index(["dataset", "algorithm", "setting"])
+    cell = out.loc[("Adult", "privlr", "eps=1;runs=10")]
+    spread = median_abs_deviation(accs, scale="normal")
+    assert cell.ours_mean == pytest.approx(np.median(accs)) and cell.ours_std == pytest.approx(spread, rel=1e-4)
+    assert cell.tolerance == pytest.approx(
+        max(0.01, 2 * math.sqrt(math.pi / 2) * math.sqrt(0.05**2 + cell.ours_std**2) / math.sqrt(5)))
+    mean = reproduce.compare(df, PUBLISHED, SPEC).set_index(["dataset", "algorithm", "setting"])
+    assert mean.loc[("Adult", "privlr", "eps=1;runs=10")].ours_mean == pytest.approx(np.mean(accs))
+
+
+@pytest.mark.parametrize("block, match", [
+    ("statistic: mode", "reproduce.statistic is 'mode'; allowed: mean, median"),
+    ("statistic: median, cell: {_target_: privfair_cli.reproduce.ratio, denominator: mst}",
+     "statistic=median needs the default cell"),
+])
+def test_bad_statistic_fails_in_one_line(tmp_path, monkeypatch, block, match):
+    from privfair_cli.errors import ConfigError
+
+    (tmp_path / "experiment").mkdir()
+    (tmp_path / "experiment" / "x.yaml").write_text(
+        f"reproduce: {{published: p.csv, table: T, datasets: {{}}, metrics: {{}}, {block}}}\n")
+    monkeypatch.setenv("PRIVFAIR_CONFIG_DIR", str(tmp_path))
+    with pytest.raises(ConfigError, match=match):
+        reproduce.experiment_spec("x")
