@@ -364,7 +364,7 @@ class CFGANGenerator(_CausalGenerator):
         return self._frame(V)
 
     def extra_metrics(self) -> dict[str, float]:
-        return {"g2_effect": self.effect}
+        return {} if self.cfg.criterion == "none" else {"g2_effect": self.effect}
 
 
 @register
