@@ -48,6 +48,12 @@ Deviations and choices (spec IDs):
   weighted least squares in q); the effects are constrained for the direct and the indirect path set.
 - A1 / A3: LinearSVC(C=1) (§3.4 rec) on the real table's rows; A3's regressions are least squares with an
   intercept on the real table.
+- Effects: an empty parent configuration falls back to the estimate without its last parent, then 0.5, with a
+  logged count (`cpt_empty_configs`, §1.1); CE of a context with no row is NaN.
+- Seeds: a privfair run trains one seed (E = 1); `CFGANModel` trains E seeds as one batched ensemble (used by the
+  benchmark), so the paper's 5 seeds can be one model.
+- The committed GAN comparisons use `profile: fast` (5 + 10 epochs), not the spec's 50 + 100 (time; named in
+  every such comparison).
 """
 
 from __future__ import annotations
