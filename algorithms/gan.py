@@ -117,6 +117,7 @@ class Linear(Module):
 
 
 ACTIVATIONS = {"relu": torch.relu, "tanh": torch.tanh, "sigmoid": torch.sigmoid, None: lambda x: x}
+ACTIVATIONS["leaky_relu"] = lambda x: F.leaky_relu(x, 0.2)  # CausalGAN's leaky ReLU(0.2)
 
 
 class MLP(Module):

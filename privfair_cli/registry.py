@@ -14,7 +14,7 @@ TASK_KINDS = ("classifier", "generator", "graph", "embedding", "semi_supervised"
 
 # Modules under privfair_cli.algorithms whose import registers plugins (torch-free ones first).
 ALGORITHM_MODULES = ("logistic", "functional", "prefair", "causal", "dpne", "fes", "crfs", "ffpdg", "dpsgd",
-                     "fairgan", "early_stopping", "adv_fairness")
+                     "fairgan", "early_stopping", "adv_fairness", "cfgan")
 
 
 GUARANTEES = ("eps-DP", "(eps,delta)-DP", "zCDP", "heuristic", "none")
@@ -39,6 +39,7 @@ VIEWS = {
     "unlabelled_pool": ("an unlabelled pool", "`unlabelled_size`: the fraction of rows whose labels are hidden"),
     "enumerable": (f"a discrete view of at most {ENUMERABLE_CELLS:,} cells (FairMaxEnt, RON-Gauss)",
                    "`discrete`: `levels` or `bins` for every attribute, their product at most that"),
+    "causal_graph": ("a causal graph over binary nodes", "`loader: causal_tables` with a `causal_graph:` block"),
 }
 # A plugin that declares no `needs` gets its kind's.
 KIND_NEEDS = {"classifier": ("label", "features"), "generator": ("discrete",),

@@ -157,6 +157,10 @@ def compute(rc: schema.RunConfig, artifacts: Path, log=print) -> dict:
     metrics = evaluator(train, test, rng["eval"])
     metrics |= {"n_train": len(train), "n_test": len(test), "d": table.d}
     metrics |= plugin.extra_metrics()
+    if "causal_graph" in table.meta and getattr(plugin, "synthetic", None) is not None and "chi2" not in metrics:
+        from privfair_cli.algorithms import cfgan  # effects and utility of any release on a causal card
+
+        metrics |= cfgan.release_evaluation(train, plugin.synthetic, rc.seed)
     timings["evaluate"] = time.perf_counter() - t2
     with results.writing(artifacts):
         plugin.artifacts(artifacts)

@@ -38,7 +38,8 @@ SMALL = ({name: ["algo.epochs=1", "algo.batch_size=32"] for name in ("sgd", "dps
          | {"adv_debias": ["algo.epochs=1"]}
          | {"dpsgd_es": ["algo.epochs=1", "algo.batch_size=32", "algo.sigma=4"]}
          | {name: ["algo.epochs=2", "algo.lpf_max_iter=20", "algo.df_max_iter=20"]
-            for name in ("afa_lpf_pro", "afa_df_pro", "afa_lpf_ran", "afa_df_ran")})
+            for name in ("afa_lpf_pro", "afa_df_pro", "afa_lpf_ran", "afa_df_ran")}
+         | {name: ["algo.profile=smoke"] for name in ("cfgan_te", "cfgan_se", "cfgan_de", "cfgan_ce", "causalgan")})
 
 XFAIL: dict[tuple[str, str], str] = {
     (name, "kdd"): "KDD's discrete view keeps the census instance weight (`unknown`, 123,232 levels): the one-hot "

@@ -1,0 +1,586 @@
+"""Causally fair data generation (spec cfgan.md; seed: Xu thesis ch. 7, CFGAN, IJCAI 2019) and its baselines.
+Nothing here is differentially private: privacy mechanism none, guarantee `none`. Every plugin needs a card with a
+causal graph over binary nodes (`causal_graph` view: `datasets/causal_tables.py`; `adult_cfgan`, `synth_causal`)
+and releases a binary table with the input's columns (artifact `synthetic.csv.gz`).
+
+- `cfgan_te`, `cfgan_se`, `cfgan_de`, `cfgan_ce` (§2): one `CFGANModel` on the shared GAN trainer (`gan.py`):
+  G1 = one sub-network per node (input: its noise z_i and its parents' values; a node's input is its noise and
+  the value vector masked to its parents, so it never reads a non-parent, in particular no descendant), evaluated
+  level by level in topological order with the nodes of one level as one grouped batched matmul per layer
+  (weights stacked `(E * N, in, out)`: E seeds x N nodes). G2 shares parameters and noise (z_i and the logistic
+  noise L_i of the binary output, §2.5) and runs as channels stacked on the batch axis: the observational
+  channel, the reference channel (S := 0 everywhere) and the interventional channel (S := 1; node i reads the
+  interventional value of parent j when j -> i is in E_pi, else the reference one: TE = every edge, SE = the
+  indirect set's edges, DE = {S -> Y}). CE runs the TE channels on a large noise batch and D2 reads
+  [y, onehot(o)] with o the (intervention-invariant) context of each noise vector (§2.3 rec, B10). Losses of §2.4.
+- `causalgan` (§3.1): the same model with lambda = 0 (G1 and D1 only).
+- `pse_dr` (§3.3, [28]): empirical CPTs on the graph; Y's CPT q replaced by the solution of the QP
+  min sum_v (P'(v) - P(v))^2 s.t. |SE_direct(q)| <= tau, |SE_indirect(q)| <= tau, 0 <= q <= 1 (both effects are
+  linear in q: `causal_effects.outcome_weights`), solved with cvxpy; the release is ancestral sampling from the
+  modified network (`mode: resample`) or the real X, S with Y resampled from q (`relabel_only`).
+- `cf_a1`, `cf_a3` (§3.4, Kusner et al. Levels 1 and 3): the real table with Y replaced by the predictions of
+  LinearSVC(C) trained on the real Y from the non-descendants of S (A1), plus the residuals of linear regressions
+  of every other descendant of S on its parents (A3).
+- `real_data`: the real table itself (the "Real data" rows).
+
+Metrics (any generator's release on a causal card, `release_evaluation`, added by the runner): the effects of
+`causal_effects.effect_metrics` (`total_effect`, `indirect_discrimination`, `direct_discrimination`, `ce_o1`...),
+`chi2` (two-sample, B8), and `acc_svm`, `acc_dt`, `acc_lr`, `acc_rf`: LinearSVC(C=1), DecisionTree, LogisticRegression
+(max_iter=1000), RandomForest(100) trained on the release with the 10 non-Y nodes (S included) and tested on the
+whole real table (B9). CFGAN also logs G2's own effect (`g2_effect`, the mean of its interventional samples).
+
+Deviations and choices (spec IDs):
+- B1 / B3: the candidate graph of §7.3 and the binarisation of §7.2 (card `adult_cfgan`); B2: the duplicated test
+  file by default (`duplicate_test`).
+- B5 / 2.6: architecture and schedule as §2.6 (10-dim U(-1,1) noise, 5 hidden layers of width 10, leaky ReLU 0.2;
+  D1 64-64, D2 16; Adam 2e-4, beta (0.5, 0.999); 50 warm-up epochs with lambda = 0, then 100 with lambda).
+  `profile: fast` / `smoke` shorten the schedule (named in every comparison that uses them).
+- In the warm-up phase (lambda = 0) G2 and D2 are not run (they contribute nothing to any gradient).
+- Each step draws one generated batch: D's step reads it detached, then G's step (against the updated D) reads it
+  with its graph (the common DCGAN practice; the spec does not say whether G's step draws fresh noise).
+- CE: all channels (including G1's) run on the `ce_batch` noise vectors; D1 reads the first `batch_size` of them.
+  Noise vectors are not rejected per context: every vector enters D2 with its own context one-hot (B10), which
+  is the rejection scheme of §2.2 for all contexts at once.
+- The classifiers' training rows are collapsed to distinct rows with counts as sample weights (the fits of SVM,
+  DT and LR are the same; RF's bootstrap then draws distinct rows by weight, not rows).
+- B7: `te_estimator` adjust (default) or factorised; B8: `chi2_expected` two_sample (default), real, generated.
+- PSE-DR: P(v) in the QP objective is the graph-factorised joint of the empirical CPTs (so the objective is a
+  weighted least squares in q); the effects are constrained for the direct and the indirect path set.
+- A1 / A3: LinearSVC(C=1) (§3.4 rec) on the real table's rows; A3's regressions are least squares with an
+  intercept on the real table.
+- Effects: an empty parent configuration falls back to the estimate without its last parent, then 0.5, with a
+  logged count (`cpt_empty_configs`, §1.1); CE of a context with no row is NaN.
+- Seeds: a privfair run trains one seed (E = 1); `CFGANModel` trains E seeds as one batched ensemble (used by the
+  benchmark), so the paper's 5 seeds can be one model.
+- The committed GAN comparisons use `profile: fast` (5 + 10 epochs), not the spec's 50 + 100 (time; named in
+  every such comparison).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+import pandas as pd
+import torch
+
+from privfair_cli.algorithms import causal_effects as ce
+from privfair_cli.algorithms import gan
+from privfair_cli.errors import ConfigError, DataError
+from privfair_cli.registry import Plugin, register
+from privfair_cli.typed import bounds
+
+SEED_BITS = 62
+GEN_CHUNK = 20_000
+PROFILES = {"fast": {"warmup_epochs": 5, "fair_epochs": 10}, "smoke": {"warmup_epochs": 1, "fair_epochs": 1}}
+PATHS = {"te": "total", "se": "indirect", "de": "direct", "ce": "total", "none": None}
+
+
+def graph_of(data) -> ce.CausalGraph:
+    spec = (data.meta or {}).get("causal_graph")
+    if spec is None:
+        raise DataError(f"data={data.name}: this family needs a causal graph; use a card with `loader: causal_tables` "
+                        f"and a `causal_graph:` block (e.g. adult_cfgan)")
+    return ce.CausalGraph.from_spec(spec, list(data.frame.columns))
+
+
+# ---------------------------------------------------------------------------------------------- evaluation
+def _fit_predict(kind: str, X, y, w, Xt, seed: int):
+    from sklearn.ensemble import RandomForestClassifier
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.svm import LinearSVC
+    from sklearn.tree import DecisionTreeClassifier
+
+    if len(np.unique(y)) < 2:
+        return np.full(len(Xt), int(y[0]) if len(y) else 0)
+    model = {"svm": lambda: LinearSVC(C=1.0), "dt": lambda: DecisionTreeClassifier(random_state=seed),
+             "lr": lambda: LogisticRegression(max_iter=1000),
+             "rf": lambda: RandomForestClassifier(n_estimators=100, random_state=seed, n_jobs=1)}[kind]()
+    return model.fit(X, y, sample_weight=w).predict(Xt)
+
+
+def _distinct(V: np.ndarray):
+    rows, counts = np.unique(V, axis=0, return_counts=True)
+    return rows, counts.astype(float)
+
+
+def release_evaluation(real, synth: pd.DataFrame, seed: int = 0, te_estimator: str = "adjust",
+                       chi2_expected: str = "two_sample") -> dict[str, float]:
+    """Effects, chi^2 and the four classifiers' accuracy on the real table (spec §4) of a released binary table."""
+    g = ce.CausalGraph.from_spec(real.meta["causal_graph"], list(real.frame.columns))
+    Vr, Vs = ce.as_matrix(real.frame, g), ce.as_matrix(synth, g)
+    out = ce.effect_metrics(synth, g, te_estimator)
+    out["chi2"] = ce.chi2(Vr, Vs, chi2_expected)
+    y = g.index[g.outcome]
+    feats = [i for i in range(len(g.nodes)) if i != y]
+    rows, w = _distinct(Vs)
+    test_rows, test_w = _distinct(Vr)
+    for kind in ("svm", "dt", "lr", "rf"):
+        pred = _fit_predict(kind, rows[:, feats], rows[:, y], w, test_rows[:, feats], seed)
+        out[f"acc_{kind}"] = float(((pred == test_rows[:, y]) * test_w).sum() / test_w.sum())
+    return out
+
+
+# ---------------------------------------------------------------------------------------------- CFGAN
+@dataclass(frozen=True)
+class CFGANConfig:
+    criterion: Literal["te", "se", "de", "ce", "none"]
+    lambda_: float = field(metadata=bounds(ge=0))
+    profile: Literal["full", "fast", "smoke"]
+    warmup_epochs: int = field(metadata=bounds(ge=0))
+    fair_epochs: int = field(metadata=bounds(ge=0))
+    batch_size: int = field(metadata=bounds(ge=2))
+    ce_batch: int = field(metadata=bounds(ge=2))
+    noise_dim: int = field(metadata=bounds(ge=1))
+    g_hidden: int = field(metadata=bounds(ge=1))
+    g_layers: int = field(metadata=bounds(ge=0))
+    d_hidden: list[int] = field(metadata=bounds(ge=1))
+    d2_hidden: int = field(metadata=bounds(ge=1))
+    lr: float = field(metadata=bounds(gt=0))
+    beta1: float = field(metadata=bounds(ge=0, lt=1))
+    tau: float = field(metadata=bounds(gt=0))
+    adv_mode: Literal["minimax", "flip"]
+    threads: int = field(metadata=bounds(ge=1))
+
+    def __post_init__(self):
+        if self.criterion == "none" and self.lambda_ > 0:
+            raise ConfigError(f"algo.lambda_={self.lambda_}: criterion none (CausalGAN) has no fairness term; "
+                              f"set lambda_=0 or a criterion te, se, de or ce")
+
+    def schedule(self) -> dict[str, int]:
+        return {"warmup_epochs": self.warmup_epochs, "fair_epochs": self.fair_epochs} | PROFILES.get(self.profile, {})
+
+
+class CFGANModel:
+    """CFGAN of `E` members (gan.Ensemble) on graph `g`. `fit(V)` trains on the (n, N) 0/1 table; `generate(n)`
+    returns G1's hard samples (E, n, N); `g2_effect()` G2's own effect estimate."""
+
+    def __init__(self, g: ce.CausalGraph, cfg: CFGANConfig, E: int = 1, device: str = "cpu", seed: int = 0):
+        self.g, self.cfg = g, cfg
+        N = self.N = len(g.nodes)
+        self.ens = ens = gan.Ensemble(E, device, seed)
+        self.node_ens = gan.Ensemble(E * N, device, seed + 1)
+        dev = ens.device
+        sizes = [cfg.noise_dim + N, *[cfg.g_hidden] * cfg.g_layers, 1]
+        self.layers = [gan.Linear(self.node_ens, a, b) for a, b in zip(sizes[:-1], sizes[1:], strict=True)]
+        self.P = torch.as_tensor(g.parent_mask(), device=dev)
+        self.levels = [torch.as_tensor(lv, device=dev) for lv in g.levels()]
+        idx = g.index
+        self.S, self.Y = idx[g.sensitive], idx[g.outcome]
+        self.ctx = [idx[c] for c in g.context]
+        fair = cfg.criterion != "none"
+        edges = ce.path_edges(g, PATHS[cfg.criterion]) if fair else set()
+        M = np.zeros((N, N), np.float32)
+        for a, b in edges:
+            M[idx[b], idx[a]] = 1
+        self.M = torch.as_tensor(M if cfg.criterion != "te" and cfg.criterion != "ce" else np.ones((N, N), np.float32),
+                                 device=dev)
+        self.n_ctx = 2 ** len(self.ctx) if cfg.criterion == "ce" else 0
+        hidden = list(cfg.d_hidden)
+        self.D1 = gan.MLP(ens, [N, *hidden, 1], hidden="leaky_relu")
+        self.D2 = gan.MLP(ens, [1 + self.n_ctx, cfg.d2_hidden, 1], hidden="leaky_relu") if fair else None
+        self.g_modules = [self]
+        self.d_modules = [m for m in (self.D1, self.D2) if m is not None]
+        betas = (cfg.beta1, 0.999)
+        self.opt_g = gan.adam(self.layers, cfg.lr, betas=betas)
+        self.opt_d = gan.adam(self.d_modules, cfg.lr, betas=betas)
+        self.g_params = [p for layer in self.layers for p in layer.parameters()]
+        self.d_params = [p for m in self.d_modules for p in m.parameters()]
+
+    # -- generator
+    def noise(self, B: int):
+        z = self.ens.rand(B, self.N, self.cfg.noise_dim) * 2 - 1
+        u = self.ens.rand(B, self.N).clamp(1e-6, 1 - 1e-6)
+        return z, torch.log(u) - torch.log1p(-u)  # logistic noise L_i
+
+    def run(self, z, L, channels: tuple[str, ...]) -> torch.Tensor:
+        """Values (E, C, B, N) of the channels ("obs", "ref": S := 0, "int": S := 1 mixed with "ref" by E_pi),
+        straight-through binary (hard forward, Gumbel-sigmoid backward with temperature tau)."""
+        E, B, N = self.ens.E, z.shape[1], self.N
+        C = len(channels)
+        dev = z.device
+        vals = torch.zeros(E, C, B, N, device=dev)
+        fix = torch.zeros(1, C, 1, N, dtype=torch.bool, device=dev)
+        fixval = torch.zeros(1, C, 1, N, device=dev)
+        for c, kind in enumerate(channels):
+            if kind != "obs":
+                fix[0, c, 0, self.S] = True
+                fixval[0, c, 0, self.S] = 1.0 if kind == "int" else 0.0
+        vals = torch.where(fix, fixval, vals)
+        ref_c = channels.index("ref") if "ref" in channels else None
+        int_c = channels.index("int") if "int" in channels else None
+        for idx in self.levels:
+            k = len(idx)
+            P = self.P[idx]  # (k, N)
+            inp = vals[:, :, None].expand(E, C, k, B, N)  # (E, C, k, B, N)
+            if int_c is not None:
+                Mi = self.M[idx][None, :, None, :]  # (1, k, 1, N)
+                mixed = Mi * vals[:, int_c, None] + (1 - Mi) * vals[:, ref_c, None]  # (E, k, B, N)
+                inp = torch.cat([inp[:, :int_c], mixed[:, None], inp[:, int_c + 1:]], 1)
+            inp = inp * P[None, None, :, None, :]
+            zk = z[:, :, idx].permute(0, 2, 1, 3)[:, None].expand(E, C, k, B, self.cfg.noise_dim)
+            x = torch.cat([zk, inp], -1).permute(0, 2, 1, 3, 4).reshape(E * k, C * B, -1)
+            for j, layer in enumerate(self.layers):
+                W = layer.W.view(E, N, *layer.W.shape[1:])[:, idx].reshape(E * k, *layer.W.shape[1:])
+                b = layer.b.view(E, N, *layer.b.shape[1:])[:, idx].reshape(E * k, *layer.b.shape[1:])
+                x = torch.baddbmm(b, x, W)
+                if j < len(self.layers) - 1:
+                    x = torch.nn.functional.leaky_relu(x, 0.2)
+            logit = x.view(E, k, C, B) + L[:, :, idx].permute(0, 2, 1)[:, :, None]
+            soft = torch.sigmoid(logit / self.cfg.tau)
+            v = (logit > 0).float() + soft - soft.detach()
+            vals = vals.index_copy(3, idx, v.permute(0, 2, 3, 1))
+            vals = torch.where(fix, fixval, vals)
+        return vals
+
+    def context_onehot(self, vals_ref: torch.Tensor) -> torch.Tensor:
+        """(E, B, n_ctx): one-hot of the context index (o1 = all ones first)."""
+        code = torch.zeros(vals_ref.shape[:2], dtype=torch.long, device=vals_ref.device)
+        for c in self.ctx:
+            code = code * 2 + (1 - vals_ref[..., c].detach().round().long())
+        return torch.nn.functional.one_hot(code, self.n_ctx).float()
+
+    def fake(self, B1: int, lam: float):
+        """G1's batch (E, B1, N) and, when lam > 0, D2's inputs for y_{s+} and y_{s-}."""
+        if lam <= 0 or self.D2 is None:
+            z, L = self.noise(B1)
+            return self.run(z, L, ("obs",))[:, 0], None, None
+        if self.cfg.criterion == "ce":  # G2 on ce_batch noise vectors, G1 on the first B1 of them
+            z, L = self.noise(max(B1, self.cfg.ce_batch))
+            obs = self.run(z[:, :B1], L[:, :B1], ("obs",))[:, 0]
+            vals = self.run(z, L, ("ref", "int"))
+        else:
+            z, L = self.noise(B1)
+            vals = self.run(z, L, ("obs", "ref", "int"))
+            obs, vals = vals[:, 0], vals[:, 1:]
+        y_pos, y_neg = vals[:, 1, :, self.Y, None], vals[:, 0, :, self.Y, None]
+        if self.n_ctx:
+            oh = self.context_onehot(vals[:, 0])
+            y_pos, y_neg = torch.cat([y_pos, oh], -1), torch.cat([y_neg, oh], -1)
+        return obs, y_pos, y_neg
+
+    # -- losses (E,)
+    def d_loss(self, real, fake, y_pos, y_neg, lam):
+        loss = gan.bce(self.D1(real)[..., 0], torch.ones(real.shape[:2], device=real.device)) + gan.bce(
+            self.D1(fake)[..., 0], torch.zeros(fake.shape[:2], device=fake.device))
+        if y_pos is not None:
+            loss = loss + lam * self.j2(y_pos, y_neg, flip=False)
+        return loss
+
+    def j2(self, y_pos, y_neg, flip: bool):
+        one, zero = torch.ones(y_pos.shape[:2], device=y_pos.device), torch.zeros(y_neg.shape[:2], device=y_neg.device)
+        a, b = (zero, one) if flip else (one, zero)
+        return gan.bce(self.D2(y_pos)[..., 0], a) + gan.bce(self.D2(y_neg)[..., 0], b)
+
+    def g_loss(self, fake, y_pos, y_neg, lam):
+        loss = gan.bce(self.D1(fake)[..., 0], torch.ones(fake.shape[:2], device=fake.device))
+        if y_pos is not None:
+            fair = -self.j2(y_pos, y_neg, False) if self.cfg.adv_mode == "minimax" else self.j2(y_pos, y_neg, True)
+            loss = loss + lam * fair
+        return loss
+
+    def step(self, B: int, lam: float) -> None:
+        """One D step and one G step on the same generated batch (detached for D)."""
+        real = self.V[gan.batches(self.ens, len(self.V), B)]
+        fake, y_pos, y_neg = self.fake(B, lam)
+        detached = [t.detach() if t is not None else None for t in (fake, y_pos, y_neg)]
+        gan.step(self.opt_d, self.d_params, self.d_loss(real, *detached, lam).sum())
+        gan.step(self.opt_g, self.g_params, self.g_loss(fake, y_pos, y_neg, lam).sum())
+
+    def fit(self, V: np.ndarray, description: str = "cfgan", progress: bool = True) -> CFGANModel:
+        self.V = torch.tensor(np.asarray(V, np.float32), device=self.ens.device)
+        sched, B = self.cfg.schedule(), self.cfg.batch_size
+        per_epoch = math.ceil(len(V) / B)
+        warm = sched["warmup_epochs"] * per_epoch
+        total = warm + sched["fair_epochs"] * per_epoch
+        lam = self.cfg.lambda_ if self.D2 is not None else 0.0
+
+        def one(i):
+            self.step(B, 0.0 if i < warm else lam)
+
+        if progress:
+            gan.train_loop(total, one, description)
+        else:
+            for i in range(total):
+                one(i)
+        return self
+
+    @torch.no_grad()
+    def generate(self, n: int, seed: int) -> np.ndarray:
+        self.ens.generator.manual_seed(int(seed))
+        out = []
+        for k in range(0, n, GEN_CHUNK):
+            z, L = self.noise(min(GEN_CHUNK, n - k))
+            out.append(self.run(z, L, ("obs",))[:, 0].round().to(torch.int64))
+        return torch.cat(out, 1).cpu().numpy()
+
+    @torch.no_grad()
+    def g2_effect(self, n: int = 20_000) -> np.ndarray:
+        """(E,) G2's P(Y_{s+|pi}=1) - P(Y_{s-}=1) for the model's path set (TE for te / ce / none)."""
+        z, L = self.noise(n)
+        vals = self.run(z, L, ("ref", "int"))
+        return (vals[:, 1, :, self.Y].mean(1) - vals[:, 0, :, self.Y].mean(1)).cpu().numpy()
+
+
+class _CausalGenerator(Plugin):
+    kind = "generator"
+    needs = ("causal_graph",)
+    private = False
+    guarantee = "none"
+
+    def _seed(self, rng) -> int:
+        return int(np.random.default_rng(rng.integers(2**SEED_BITS)).integers(2**31))
+
+    def _frame(self, V: np.ndarray) -> pd.DataFrame:
+        return pd.DataFrame(V.astype(np.int64), columns=list(self.graph.nodes))[list(self.columns)]
+
+    def artifacts(self, run_dir) -> None:
+        import gzip
+
+        run_dir = Path(run_dir)
+        run_dir.mkdir(parents=True, exist_ok=True)
+        if getattr(self, "synthetic", None) is not None:
+            with gzip.open(run_dir / "synthetic.csv.gz", "wt") as f:
+                self.synthetic.to_csv(f, index=False)
+
+
+class CFGANGenerator(_CausalGenerator):
+    cuda = True
+    Config = CFGANConfig
+
+    def fit(self, data, budget, ledger, rng, device="cpu"):
+        t0 = time.perf_counter()
+        self.graph, self.columns = graph_of(data), list(data.frame.columns)
+        V = ce.as_matrix(data.frame, self.graph)
+        seed = self._seed(rng)
+        threads = self.cfg.threads if device == "cpu" else torch.get_num_threads()
+        with gan.torch_threads(threads):
+            self.model = CFGANModel(self.graph, self.cfg, 1, device, seed).fit(V, self.name)
+            self.effect = float(self.model.g2_effect()[0]) if self.cfg.criterion != "none" else float("nan")
+        self.fit_seconds = time.perf_counter() - t0
+        return self
+
+    def sample(self, n, rng) -> pd.DataFrame:
+        with gan.torch_threads(self.cfg.threads):
+            V = self.model.generate(int(n), self._seed(rng))[0]
+        return self._frame(V)
+
+    def extra_metrics(self) -> dict[str, float]:
+        return {} if self.cfg.criterion == "none" else {"g2_effect": self.effect}
+
+
+@register
+class CFGANTE(CFGANGenerator):
+    """`cfgan_te`: CFGAN with no total effect (D2 on y_{s+} vs y_{s-})."""
+
+    name = "cfgan_te"
+
+
+@register
+class CFGANSE(CFGANGenerator):
+    """`cfgan_se`: CFGAN with no indirect discrimination (path set through the card's `unjustified` nodes)."""
+
+    name = "cfgan_se"
+
+
+@register
+class CFGANDE(CFGANGenerator):
+    """`cfgan_de`: CFGAN with no direct discrimination (pi = {S -> Y}; defined, not evaluated in the seed)."""
+
+    name = "cfgan_de"
+
+
+@register
+class CFGANCE(CFGANGenerator):
+    """`cfgan_ce`: CFGAN with counterfactual fairness for every value of the card's `context` nodes."""
+
+    name = "cfgan_ce"
+
+
+@register
+class CausalGAN(CFGANGenerator):
+    """`causalgan`: the causal-graph-structured GAN without fairness (CFGAN with lambda = 0)."""
+
+    name = "causalgan"
+
+
+# ---------------------------------------------------------------------------------------------- real data
+@dataclass(frozen=True)
+class RealDataConfig:
+    copy: Literal["identity"]
+
+
+@register
+class RealData(_CausalGenerator):
+    """`real_data`: releases the real table itself (the published "Real data" rows)."""
+
+    name = "real_data"
+    Config = RealDataConfig
+
+    def fit(self, data, budget, ledger, rng, device="cpu"):
+        self.graph, self.columns = graph_of(data), list(data.frame.columns)
+        self.real = data.frame.copy()
+        return self
+
+    def sample(self, n, rng) -> pd.DataFrame:
+        return self.real.copy()
+
+
+# ---------------------------------------------------------------------------------------------- PSE-DR
+@dataclass(frozen=True)
+class PSEDRConfig:
+    tau: float = field(metadata=bounds(ge=0))
+    mode: Literal["resample", "relabel_only"]
+    constrain: list[Literal["direct", "indirect", "total"]]
+
+
+def pse_dr_cpt(V: np.ndarray, g: ce.CausalGraph, tau: float, constrain=("direct", "indirect")):
+    """(CPTs, q): the empirical CPTs and Y's modified CPT solving the QP of spec §3.3."""
+    import cvxpy as cp
+
+    cpt = ce.cpts(V, g)
+    Y = g.index[g.outcome]
+    q0 = cpt.tables[Y]
+    # sum_v (P'(v) - P(v))^2 = 2 sum_k a_k (q_k - q0_k)^2 with a_k = sum over the other nodes' configurations x
+    # with pa_Y(x) = k of P(x)^2 (P(x) = the product of the other nodes' CPTs).
+    a = _squared_mass(cpt)
+    q = cp.Variable(len(q0))
+    cons = [q >= 0, q <= 1]
+    for kind in constrain:
+        if kind == "indirect" and not g.unjustified:
+            continue
+        if not ce.path_set(g, kind):
+            continue
+        edges = ce.path_edges(g, kind)
+        c = ce.outcome_weights(cpt, 1, edges) - ce.outcome_weights(cpt, 0, edges)
+        cons += [c @ q <= tau, c @ q >= -tau]
+    prob = cp.Problem(cp.Minimize(2 * cp.sum(cp.multiply(a, cp.square(q - q0)))), cons)
+    prob.solve()
+    if q.value is None:
+        raise DataError(f"pse_dr: the QP has no solution ({prob.status})")
+    out = ce.CPTs(g, list(cpt.tables), cpt.empty)
+    out.tables[Y] = np.clip(np.asarray(q.value, float), 0, 1)
+    return cpt, out
+
+
+def _squared_mass(cpt: ce.CPTs) -> np.ndarray:
+    g, idx = cpt.graph, cpt.graph.index
+    Y = idx[g.outcome]
+    others = [i for i in range(len(g.nodes)) if i != Y]
+    C = np.zeros((1 << len(others), len(g.nodes)), np.int64)
+    C[:, others] = ((np.arange(1 << len(others))[:, None] >> np.arange(len(others))[None, :]) & 1)
+    prob = np.ones(len(C))
+    for i in others:
+        p1 = cpt.tables[i][ce._config(C, [idx[p] for p in g.parents[g.nodes[i]]])]
+        prob *= np.where(C[:, i] == 1, p1, 1 - p1)
+    code = ce._config(C, [idx[p] for p in g.parents[g.outcome]])
+    return np.bincount(code, weights=prob**2, minlength=len(cpt.tables[Y]))
+
+
+def ancestral_sample(cpt: ce.CPTs, n: int, rng: np.random.Generator, fixed: np.ndarray | None = None,
+                     only: list[int] | None = None) -> np.ndarray:
+    """n rows from the network (topological order); with `fixed`, the rows start from it and only the nodes in
+    `only` are resampled."""
+    g, idx = cpt.graph, cpt.graph.index
+    V = np.zeros((n, len(g.nodes)), np.int64) if fixed is None else fixed.copy()
+    for i, node in enumerate(g.nodes):
+        if only is not None and i not in only:
+            continue
+        p1 = cpt.tables[i][ce._config(V, [idx[p] for p in g.parents[node]])]
+        V[:, i] = (rng.random(n) < p1).astype(np.int64)
+    return V
+
+
+@register
+class PSEDR(_CausalGenerator):
+    """`pse_dr`: path-specific discrimination removal by modifying Y's CPT (QP), then sampling ([28])."""
+
+    name = "pse_dr"
+    Config = PSEDRConfig
+
+    def fit(self, data, budget, ledger, rng, device="cpu"):
+        t0 = time.perf_counter()
+        self.graph, self.columns = graph_of(data), list(data.frame.columns)
+        self.V = ce.as_matrix(data.frame, self.graph)
+        self.original, self.modified = pse_dr_cpt(self.V, self.graph, self.cfg.tau, tuple(self.cfg.constrain))
+        self.fit_seconds = time.perf_counter() - t0
+        return self
+
+    def sample(self, n, rng) -> pd.DataFrame:
+        gen = np.random.default_rng(self._seed(rng))
+        if self.cfg.mode == "relabel_only":
+            V = ancestral_sample(self.modified, len(self.V), gen, self.V, [self.graph.index[self.graph.outcome]])
+        else:
+            V = ancestral_sample(self.modified, int(n), gen)
+        return self._frame(V)
+
+    def extra_metrics(self) -> dict[str, float]:
+        out = {}
+        for kind in ("direct", "indirect"):
+            if ce.path_set(self.graph, kind) and (kind != "indirect" or self.graph.unjustified):
+                out[f"model_se_{kind}"] = ce.path_specific_effect(self.modified, kind)
+        return out
+
+
+# ---------------------------------------------------------------------------------------------- A1 / A3
+@dataclass(frozen=True)
+class CFClassifierConfig:
+    C: float = field(metadata=bounds(gt=0))
+    max_iter: int = field(metadata=bounds(ge=1))
+
+
+class _Kusner(_CausalGenerator):
+    Config = CFClassifierConfig
+    residuals = False
+
+    def features(self, V: np.ndarray) -> np.ndarray:
+        g, idx = self.graph, self.graph.index
+        desc = g.descendants(g.sensitive)
+        base = [idx[n] for n in g.nodes if n not in desc and n != g.sensitive]
+        cols = [V[:, base].astype(float)]
+        if self.residuals:
+            for n in g.nodes:
+                if n in desc and n != g.outcome:
+                    pa = [idx[p] for p in g.parents[n]]
+                    A = np.column_stack([V[:, pa].astype(float), np.ones(len(V))])
+                    coef = np.linalg.lstsq(A, V[:, idx[n]].astype(float), rcond=None)[0]
+                    cols.append((V[:, idx[n]] - A @ coef)[:, None])
+        return np.hstack(cols)
+
+    def fit(self, data, budget, ledger, rng, device="cpu"):
+        from sklearn.svm import LinearSVC
+
+        t0 = time.perf_counter()
+        self.graph, self.columns = graph_of(data), list(data.frame.columns)
+        V = ce.as_matrix(data.frame, self.graph)
+        X, y = self.features(V), V[:, self.graph.index[self.graph.outcome]]
+        if len(np.unique(y)) < 2:
+            pred = y.copy()
+        else:
+            pred = LinearSVC(C=self.cfg.C, max_iter=self.cfg.max_iter).fit(X, y).predict(X)
+        self.released = V.copy()
+        self.released[:, self.graph.index[self.graph.outcome]] = pred
+        self.fit_seconds = time.perf_counter() - t0
+        return self
+
+    def sample(self, n, rng) -> pd.DataFrame:
+        return self._frame(self.released)
+
+
+@register
+class CFA1(_Kusner):
+    """`cf_a1`: Y replaced by LinearSVC predictions from the non-descendants of S (Kusner et al. Level 1)."""
+
+    name = "cf_a1"
+
+
+@register
+class CFA3(_Kusner):
+    """`cf_a3`: as A1 plus the additive-noise residuals of S's other descendants (Kusner et al. Level 3)."""
+
+    name = "cf_a3"
+    residuals = True
