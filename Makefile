@@ -2,6 +2,7 @@
 PYTHON      ?= python3
 VENV        ?= .venv
 TORCH_SPEC  ?= torch==2.13.0
+TEST_WORKERS ?= 2
 BIN         := $(VENV)/bin
 STAMP       := $(VENV)/.installed
 SHARED_DATA := $(abspath ../shared/datasets)
@@ -27,8 +28,9 @@ $(STAMP): pyproject.toml
 run: setup
 	$(BIN)/privfair run algo=pfdr data=adult eps=1
 
+# The suite in TEST_WORKERS processes (pytest-xdist; tests use their own tmp dirs, caches are written atomically).
 test: setup
-	$(BIN)/python -m pytest -m "not slow" -x
+	$(BIN)/python -m pytest -m "not slow" -x -n $(TEST_WORKERS)
 
 test-all: setup
 	$(BIN)/python -m pytest
