@@ -14,7 +14,8 @@ TASK_KINDS = ("classifier", "generator", "graph", "embedding", "semi_supervised"
 
 # Modules under privfair_cli.algorithms whose import registers plugins (torch-free ones first).
 ALGORITHM_MODULES = ("logistic", "functional", "prefair", "causal", "dpne", "fes", "crfs", "ffpdg", "dpsgd",
-                     "fairgan", "early_stopping", "adv_fairness")
+                     "fairgan", "early_stopping", "adv_fairness",
+                     "fair_ssl")
 
 
 GUARANTEES = ("eps-DP", "(eps,delta)-DP", "zCDP", "heuristic", "none")
