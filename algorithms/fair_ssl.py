@@ -44,7 +44,9 @@ Deviations and resolutions (by spec item):
 
 from __future__ import annotations
 
+import dataclasses
 import time
+import warnings
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -231,7 +233,20 @@ class Solve:
 def solve_w(X: np.ndarray, y: np.ndarray, sets: list[tuple], cfg, warm: np.ndarray | None = None) -> Solve:
     """The w-step: minimise the mean loss (LR cross-entropy or hinge + lam/2 ||w||^2) over the rows X, y subject to
     |Cov_S(w)| <= c_S for each (X_S, z_S, y_S, c_S) in `sets`. DI: one convex solve; mistreatment: the
-    convex-concave procedure from `warm` (default: the unconstrained solution)."""
+    convex-concave procedure from `warm` (default: the unconstrained solution).
+
+    w is searched in the row space of X (w = V beta, V the right singular vectors of X with non-zero singular
+    values): the loss and the constraints read w only through X w (every constraint row is a row of X), so the
+    optimum is the same, but one-hot columns that sum to the intercept no longer leave the unregularised
+    problem with a flat direction (which interior-point solvers report as `optimal_inaccurate`)."""
+    _, sv, Vt = np.linalg.svd(X, full_matrices=False)
+    V = Vt[sv > sv[0] * 1e-10].T if len(sv) and sv[0] > 0 else np.eye(X.shape[1])
+    sol = _solve_reduced(X @ V, y, [(Xs @ V, zs, ys, c) for Xs, zs, ys, c in sets], cfg,
+                         None if warm is None else V.T @ warm)
+    return dataclasses.replace(sol, w=V @ sol.w)
+
+
+def _solve_reduced(X: np.ndarray, y: np.ndarray, sets: list[tuple], cfg, warm: np.ndarray | None = None) -> Solve:
     import cvxpy as cp
 
     n, d = X.shape
@@ -245,11 +260,20 @@ def solve_w(X: np.ndarray, y: np.ndarray, sets: list[tuple], cfg, warm: np.ndarr
         loss = loss + cfg.l2 / 2 * cp.sum_squares(w)
 
     def run(problem) -> str:
-        try:
-            problem.solve(solver=cp.CLARABEL)
-        except cp.error.SolverError as err:
-            return f"solver_error ({str(err).splitlines()[0][:80]})"
-        return str(problem.status)
+        """Clarabel, then SCS at high accuracy where Clarabel stops short of `optimal` (its exponential-cone
+        steps sometimes end `optimal_inaccurate` on problems SCS solves); the status is the last solver's."""
+        status = "not solved"
+        for solver, opts in ((cp.CLARABEL, {}), (cp.SCS, {"eps": 1e-9, "max_iters": 200_000})):
+            try:
+                with warnings.catch_warnings():  # "Solution may be inaccurate": the status says so
+                    warnings.simplefilter("ignore", UserWarning)
+                    problem.solve(solver=solver, **opts)
+                status = str(problem.status)
+            except cp.error.SolverError as err:
+                status = f"solver_error ({str(err).splitlines()[0][:80]})"
+            if status == "optimal":
+                break
+        return status
 
     if cfg.fairness == "di" or not sets:
         cons = []
@@ -261,7 +285,7 @@ def solve_w(X: np.ndarray, y: np.ndarray, sets: list[tuple], cfg, warm: np.ndarr
         return Solve(np.asarray(w.value if w.value is not None else np.zeros(d)), status, ok)
 
     if warm is None:
-        base = solve_w(X, y, [], cfg)
+        base = _solve_reduced(X, y, [], cfg)
         if not base.ok:
             return base
         warm = base.w

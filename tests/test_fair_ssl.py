@@ -212,3 +212,14 @@ def test_bad_inputs_are_refused_in_one_line():
     labelled = train.subset(np.flatnonzero(train.meta["row_labelled"]))
     with pytest.raises(DataError, match="constraint_scope=unlabeled needs unlabelled rows"):
         fit("fair_ssl_lr", labelled, constraint_scope="unlabeled")
+
+
+def test_collinear_columns_do_not_change_the_solution():
+    """One-hot columns that sum to the intercept leave the unregularised problem a flat direction; the w-step
+    searches the row space, so the fitted scores are those of the problem without the redundant column."""
+    X, z, y = toy()
+    dup = np.c_[X[:, :1], X[:, :1] * 2.0, X[:, 1:]]
+    a = fair_ssl.solve_w(X, y, [(X, z, y, 0.01)], cfg(c=0.01))
+    b = fair_ssl.solve_w(dup, y, [(dup, z, y, 0.01)], cfg(c=0.01))
+    assert a.ok and b.ok
+    np.testing.assert_allclose(dup @ b.w, X @ a.w, atol=1e-5)
