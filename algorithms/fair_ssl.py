@@ -59,6 +59,7 @@ from privfair_cli.registry import Plugin, register
 from privfair_cli.typed import bounds, typed
 
 FAIRNESS = ("di", "omr", "fpr", "fnr")
+SMALL_GRAPH = 3000  # unlabelled rows below which L_uu is factorised on one BLAS thread
 
 
 # ---------------------------------------------------------------------------------------------- configs
@@ -175,12 +176,18 @@ class Propagator:
             L[np.diag_indices_from(L)] += degree[n_l:] + extra
             return L
 
-        try:
-            factor = scipy.linalg.cho_factor(laplacian_uu(0.0), lower=True, overwrite_a=True, check_finite=False)
-            used = False
-        except np.linalg.LinAlgError:
-            factor = scipy.linalg.cho_factor(laplacian_uu(ridge), lower=True, overwrite_a=True, check_finite=False)
-            used = True
+        from threadpoolctl import threadpool_limits
+
+        # a small factorisation on one BLAS thread: threaded BLAS on shared cores made a 400 x 400 one take seconds
+        with threadpool_limits(1 if len(A_uu) < SMALL_GRAPH else None):
+            try:
+                factor = scipy.linalg.cho_factor(laplacian_uu(0.0), lower=True, overwrite_a=True,
+                                                 check_finite=False)
+                used = False
+            except np.linalg.LinAlgError:
+                factor = scipy.linalg.cho_factor(laplacian_uu(ridge), lower=True, overwrite_a=True,
+                                                 check_finite=False)
+                used = True
         return cls(A, n_l, factor, degree, used)
 
     def solve(self, rhs: np.ndarray) -> np.ndarray:
