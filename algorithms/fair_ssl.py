@@ -270,7 +270,8 @@ def _solve_reduced(X: np.ndarray, y: np.ndarray, sets: list[tuple], cfg, warm: n
         """Clarabel, then SCS at high accuracy where Clarabel stops short of `optimal` (its exponential-cone
         steps sometimes end `optimal_inaccurate` on problems SCS solves); the status is the last solver's."""
         status = "not solved"
-        for solver, opts in ((cp.CLARABEL, {}), (cp.SCS, {"eps": 1e-9, "max_iters": 200_000})):
+        scs = {"eps": 1e-9, "max_iters": 200_000, "time_limit_secs": 120.0}  # a stalled fallback ends, N/A
+        for solver, opts in ((cp.CLARABEL, {}), (cp.SCS, scs)):
             try:
                 with warnings.catch_warnings():  # "Solution may be inaccurate": the status says so
                     warnings.simplefilter("ignore", UserWarning)
