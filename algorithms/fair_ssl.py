@@ -32,6 +32,9 @@ Deviations and resolutions (by spec item):
   (default 0: the seed has none); the y_u-step uses the sum (spec §1.3b).
 - §1.3d: stop when y_u does not change, the relative change of the Eq. 5.12 objective is < `tol`, or after
   `max_outer` iterations.
+- §1.3a solver: w is searched in the row space of X (w = V beta, V the right singular vectors of X with non-zero
+  singular values): the same optimum, but without the flat direction that one-hot columns summing to the intercept
+  give the unregularised problem; Clarabel first, SCS (eps 1e-9, 120 s) where Clarabel stops short of `optimal`.
 - §1.3a CCP: the linearisation uses the subgradient 0 at the kink of min(0, .); convergence when the relative
   objective change is < `ccp_tol` and every slack <= 1e-7; the final point must satisfy |Cov| <= c + `feas_tol`
   exactly (evaluated on the true, not linearised, constraint) or the run is N/A.
