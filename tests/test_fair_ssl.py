@@ -116,8 +116,11 @@ def test_large_c_is_the_unconstrained_model(model):
         ref = LogisticRegression(C=1 / (n * lam), fit_intercept=False, tol=1e-12, max_iter=10_000).fit(X, y)
     else:
         ref = LinearSVC(C=1 / (n * lam), loss="hinge", fit_intercept=False, tol=1e-12, max_iter=1_000_000,
-                        dual=True).fit(X, y)
-    np.testing.assert_allclose(sol.w, ref.coef_[0], atol=2e-3 if model == "svm" else 1e-4)
+                        dual=True, random_state=0).fit(X, y)
+        # liblinear's dual coordinate descent stops near, not at, the optimum: ours is at least as good
+        obj = lambda w: np.mean(np.maximum(0, 1 - (2 * y - 1) * (X @ w))) + lam / 2 * w @ w  # noqa: E731
+        assert obj(sol.w) <= obj(ref.coef_[0]) + 1e-7
+    np.testing.assert_allclose(sol.w, ref.coef_[0], atol=1e-2 if model == "svm" else 1e-4)
 
 
 def test_convex_concave_loop_reaches_the_known_constrained_optimum():
