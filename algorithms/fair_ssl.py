@@ -1,0 +1,510 @@
+"""Fairness constraints in graph-based semi-supervised learning (Zhang thesis ch. 5; fair_ssl.md) and its baselines.
+
+Plugins (kind `semi_supervised`; no differential privacy in this chapter: guarantee `none`):
+- `fair_ssl_lr` (§1): build the Gaussian graph over the labelled + unlabelled training rows (§0.1) once, factorise
+  L_uu once (Cholesky, reused by every outer iteration), initialise y_u by the harmonic solution, then alternate
+  (a) a fairness-constrained logistic regression on D_l and the currently labelled D_u (`fairness`:
+  di | omr | fpr | fnr, `constraint_scope`: labeled | unlabeled | combined | mixed, thresholds `c` or `c1`/`c2`)
+  and (b) the corrected closed-form label propagation y_u = L_uu^-1 (A_ul y_l + X_u w / (2 alpha)), thresholded
+  at T;
+- `fair_ssl_svm` (§2): the same with the L2-regularised hinge loss (linear SVM);
+- `zafar_fc` (§3): Zafar et al. (AISTATS 2017) covariance-constrained LR / SVM on D_l only, disparate impact;
+- `zafar_dm` (§4): Zafar et al. (WWW 2017) disparate-mistreatment constraint (omr | fpr | fnr) on D_l only.
+
+Solvers: every w-step is a cvxpy problem (Clarabel). The DI constraint is linear in w (convex). The mistreatment
+constraints are differences of convex functions: they are solved by our own penalty convex-concave procedure
+(`ccp`, Shen et al. 2016's DCCP scheme): linearise the concave part at the current w, add slack variables
+penalised by tau, re-solve, tau <- min(mu tau, tau_max), until the objective settles with zero slack. A solve
+that does not end `optimal` (or a CCP point that violates |Cov| <= c) makes the run's accuracy and discrimination
+N/A (NaN, `solver_ok` = 0, the status in the run's warnings), never a number.
+
+Deviations and resolutions (by spec item):
+- §0 standardisation: features are standardised with the mean / std of D_l u D_u (the card's [0, 1] view
+  first); the sensitive attribute is never a feature; an intercept column is appended.
+- §0.1 / §8.11: A is float32 (its exp underflows to exactly 0 below ~1e-45, so far pairs have no edge); L_uu is
+  built and factorised in float64; the 1e-8 ridge (`graph.ridge`) is added only when the Cholesky factorisation
+  of L_uu fails (an unlabelled component without an edge to a labelled row); the fraction of unlabelled rows
+  with zero degree is reported (`zero_degree_fraction`) and warned about when positive. `graph.sigma_mode:
+  median` sets sigma^2 = the median squared distance between distinct training rows (a documented deviation).
+- §0.1 memory: a graph whose A (4 N^2 bytes) plus L_uu factor (8 N_u^2 bytes) exceeds `graph.max_gb` is refused
+  before it is built, with one line naming its size and the options that shrink it.
+- §1.3a: the cross-entropy of the w-step is the mean over D_l u D_u (§8.15), plus an optional L2 term `l2`
+  (default 0: the seed has none); the y_u-step uses the sum (spec §1.3b).
+- §1.3d: stop when y_u does not change, the relative change of the Eq. 5.12 objective is < `tol`, or after
+  `max_outer` iterations.
+- §1.3a solver: w is searched in the row space of X (w = V beta, V the right singular vectors of X with non-zero
+  singular values): the same optimum, but without the flat direction that one-hot columns summing to the intercept
+  give the unregularised problem; Clarabel first, SCS (eps 1e-9, 120 s) where Clarabel stops short of `optimal`.
+- §1.3a CCP: the linearisation uses the subgradient 0 at the kink of min(0, .); convergence when the relative
+  objective change is < `ccp_tol` and every slack <= 1e-7; the final point must satisfy |Cov| <= c + `feas_tol`
+  exactly (evaluated on the true, not linearised, constraint) or the run is N/A.
+- §2: fair_ssl_svm's y_u-step reuses the LR closed form with the SVM score (the spec's recommendation); the hinge
+  loss is the plain hinge plus (lam / 2) ||w||^2, prediction 1[w.x >= 0].
+- §8.2: `yu_update: printed` keeps the seed's Eq. 5.16 (sign error) for debugging only.
+- §8.8: `c1` / `c2` default to `c` (null in the config).
+- §8.9: a non-optimal solver status gives N/A cells (NaN metrics) with the status in the warnings.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+import warnings
+from dataclasses import dataclass, field
+from typing import Literal
+
+import numpy as np
+import scipy.linalg
+
+from privfair_cli.errors import ConfigError, DataError
+from privfair_cli.metrics import GroupRates
+from privfair_cli.registry import Plugin, register
+from privfair_cli.typed import bounds, typed
+
+FAIRNESS = ("di", "omr", "fpr", "fnr")
+SMALL_GRAPH = 3000  # unlabelled rows below which L_uu is factorised on one BLAS thread
+
+
+# ---------------------------------------------------------------------------------------------- configs
+@dataclass(frozen=True)
+class GraphConfig:
+    sigma: float = field(metadata=bounds(gt=0))
+    sigma_mode: Literal["fixed", "median"]
+    ridge: float = field(metadata=bounds(gt=0))
+    max_gb: float = field(metadata=bounds(gt=0))
+
+
+@dataclass(frozen=True)
+class FairLinearConfig:
+    model: Literal["lr", "svm"]
+    fairness: Literal["di", "omr", "fpr", "fnr"]
+    c: float = field(metadata=bounds(ge=0))
+    l2: float = field(metadata=bounds(ge=0))
+    tau: float = field(metadata=bounds(gt=0))
+    mu: float = field(metadata=bounds(gt=1))
+    tau_max: float = field(metadata=bounds(gt=0))
+    ccp_max_iter: int = field(metadata=bounds(ge=1))
+    ccp_tol: float = field(metadata=bounds(gt=0))
+    feas_tol: float = field(metadata=bounds(ge=0))
+
+
+@dataclass(frozen=True)
+class ZafarDMConfig(FairLinearConfig):
+    def __post_init__(self):
+        if self.fairness == "di":
+            raise ConfigError("algo.fairness=di is not a mistreatment notion for zafar_dm; allowed: omr, fpr, fnr "
+                              "(disparate impact is zafar_fc)")
+
+
+@dataclass(frozen=True)
+class ZafarFCConfig(FairLinearConfig):
+    def __post_init__(self):
+        if self.fairness != "di":
+            raise ConfigError(f"algo.fairness={self.fairness} is not disparate impact; zafar_fc allows: di "
+                              f"(the mistreatment notions are zafar_dm)")
+
+
+@dataclass(frozen=True)
+class FairSSLConfig(FairLinearConfig):
+    constraint_scope: Literal["labeled", "unlabeled", "combined", "mixed"]
+    c1: float | None = field(metadata=bounds(ge=0))
+    c2: float | None = field(metadata=bounds(ge=0))
+    alpha: float = field(metadata=bounds(gt=0))
+    T: float
+    max_outer: int = field(metadata=bounds(ge=1))
+    tol: float = field(metadata=bounds(gt=0))
+    yu_update: Literal["corrected", "printed"]
+    graph: dict
+
+    def __post_init__(self):
+        object.__setattr__(self, "graph", typed(GraphConfig, dict(self.graph), "algo.graph"))
+
+
+# ---------------------------------------------------------------------------------------------- the graph
+def graph_bytes(n: int, n_u: int, sigma_mode: str = "fixed") -> int:
+    """Peak bytes of the graph: A (float32, N x N; a second copy for the median) and the float64 L_uu factor."""
+    return 4 * n * n * (2 if sigma_mode == "median" else 1) + 8 * n_u * n_u
+
+
+def check_graph_fits(n: int, n_u: int, g: GraphConfig) -> None:
+    need = graph_bytes(n, n_u, g.sigma_mode) / 2**30
+    if need > g.max_gb:
+        raise ConfigError(f"the graph over N={n:,} rows ({n_u:,} unlabelled) needs {need:.3g} GB, more than "
+                          f"algo.graph.max_gb={g.max_gb:g}; shrink it with data.n or data.unlabelled_size "
+                          f"(or raise algo.graph.max_gb)")
+
+
+def gaussian_graph(X: np.ndarray, sigma: float, sigma_mode: str = "fixed") -> tuple[np.ndarray, float]:
+    """A_ij = exp(-||x_i - x_j||^2 / sigma^2), A_ii = 0, float32 (Eq. 5.2); returns (A, sigma used).
+    `sigma_mode=median`: sigma^2 = the median squared distance over pairs i != j."""
+    Xf = np.ascontiguousarray(X, dtype=np.float32)
+    sq = np.einsum("ij,ij->i", Xf, Xf)
+    A = Xf @ Xf.T
+    A *= -2.0
+    A += sq[:, None]
+    A += sq[None, :]
+    np.maximum(A, 0.0, out=A)
+    np.fill_diagonal(A, 0.0)
+    n = len(A)
+    if sigma_mode == "median" and n > 1:
+        flat = A.ravel().copy()
+        k = n + (n * n - n) // 2  # the n diagonal zeros are the smallest values
+        med = float(np.partition(flat, k)[k])
+        del flat
+        sigma = float(np.sqrt(med)) if med > 0 else sigma
+    A *= np.float32(-1.0 / sigma**2)
+    np.exp(A, out=A)
+    np.fill_diagonal(A, 0.0)
+    return A, sigma
+
+
+@dataclass
+class Propagator:
+    """The factorised graph: A (float32, labelled rows first), the Cholesky factor of L_uu and the degrees.
+    `harmonic(y_l)` = L_uu^-1 A_ul y_l (Zhu et al. 2003); `propagate(y_l, s_u, alpha)` = the corrected Eq. 5.16."""
+
+    A: np.ndarray
+    n_l: int
+    factor: tuple
+    degree: np.ndarray
+    ridge_used: bool
+
+    @classmethod
+    def build(cls, A: np.ndarray, n_l: int, ridge: float) -> Propagator:
+        degree = A.sum(1, dtype=np.float64)
+        A_uu = A[n_l:, n_l:]
+
+        def laplacian_uu(extra: float) -> np.ndarray:
+            L = -A_uu.astype(np.float64)
+            L[np.diag_indices_from(L)] += degree[n_l:] + extra
+            return L
+
+        from threadpoolctl import threadpool_limits
+
+        # a small factorisation on one BLAS thread: threaded BLAS on shared cores made a 400 x 400 one take seconds
+        with threadpool_limits(1 if len(A_uu) < SMALL_GRAPH else None):
+            try:
+                factor = scipy.linalg.cho_factor(laplacian_uu(0.0), lower=True, overwrite_a=True,
+                                                 check_finite=False)
+                used = False
+            except np.linalg.LinAlgError:
+                factor = scipy.linalg.cho_factor(laplacian_uu(ridge), lower=True, overwrite_a=True,
+                                                 check_finite=False)
+                used = True
+        return cls(A, n_l, factor, degree, used)
+
+    def solve(self, rhs: np.ndarray) -> np.ndarray:
+        return scipy.linalg.cho_solve(self.factor, rhs, check_finite=False)
+
+    def harmonic(self, y_l: np.ndarray) -> np.ndarray:
+        return self.solve(self.A[self.n_l:, :self.n_l] @ y_l.astype(np.float64))
+
+    def propagate(self, y_l: np.ndarray, score_u: np.ndarray, alpha: float) -> np.ndarray:
+        return self.solve(self.A[self.n_l:, :self.n_l] @ y_l.astype(np.float64) + score_u / (2 * alpha))
+
+    def smoothness(self, y: np.ndarray) -> float:
+        """y^T L y = sum_i deg_i y_i^2 - y^T A y."""
+        y = y.astype(np.float64)
+        return float(self.degree @ (y * y) - y @ (self.A @ y.astype(np.float32)).astype(np.float64))
+
+    def zero_degree_fraction(self) -> float:
+        deg_u = self.degree[self.n_l:]
+        return float(np.mean(deg_u == 0)) if len(deg_u) else 0.0
+
+
+# ---------------------------------------------------------------------------------------------- constraints
+def di_vector(X: np.ndarray, z: np.ndarray) -> np.ndarray:
+    """a with Cov_S(w) = a.w = (1/|S|) sum_i (z_i - mean z) x_i.w (Eq. 5.7)."""
+    return X.T @ (z - z.mean()) / max(len(z), 1)
+
+
+def dm_terms(X: np.ndarray, z: np.ndarray, y: np.ndarray, fairness: str):
+    """The rows S', signed labels and weights a_i = (z_i - mean_S' z) / M of Cov = sum a_i min(0, yt_i x_i.w)
+    (§0.2; M = |S'|)."""
+    yt = 2.0 * y - 1.0
+    keep = {"omr": np.ones(len(y), bool), "fpr": yt < 0, "fnr": yt > 0}[fairness]
+    Xs, zs, ys = X[keep], z[keep].astype(float), yt[keep]
+    a = (zs - zs.mean()) / max(len(zs), 1) if len(zs) else zs
+    return Xs, ys, a
+
+
+def dm_cov(w: np.ndarray, Xs: np.ndarray, ys: np.ndarray, a: np.ndarray) -> float:
+    return float(a @ np.minimum(0.0, ys * (Xs @ w)))
+
+
+@dataclass
+class Solve:
+    w: np.ndarray
+    status: str
+    ok: bool
+    iterations: int = 1
+
+
+def solve_w(X: np.ndarray, y: np.ndarray, sets: list[tuple], cfg, warm: np.ndarray | None = None) -> Solve:
+    """The w-step: minimise the mean loss (LR cross-entropy or hinge + lam/2 ||w||^2) over the rows X, y subject to
+    |Cov_S(w)| <= c_S for each (X_S, z_S, y_S, c_S) in `sets`. DI: one convex solve; mistreatment: the
+    convex-concave procedure from `warm` (default: the unconstrained solution).
+
+    w is searched in the row space of X (w = V beta, V the right singular vectors of X with non-zero singular
+    values): the loss and the constraints read w only through X w (every constraint row is a row of X), so the
+    optimum is the same, but one-hot columns that sum to the intercept no longer leave the unregularised
+    problem with a flat direction (which interior-point solvers report as `optimal_inaccurate`)."""
+    _, sv, Vt = np.linalg.svd(X, full_matrices=False)
+    V = Vt[sv > sv[0] * 1e-10].T if len(sv) and sv[0] > 0 else np.eye(X.shape[1])
+    sol = _solve_reduced(X @ V, y, [(Xs @ V, zs, ys, c) for Xs, zs, ys, c in sets], cfg,
+                         None if warm is None else V.T @ warm)
+    return dataclasses.replace(sol, w=V @ sol.w)
+
+
+def _solve_reduced(X: np.ndarray, y: np.ndarray, sets: list[tuple], cfg, warm: np.ndarray | None = None) -> Solve:
+    import cvxpy as cp
+
+    n, d = X.shape
+    w = cp.Variable(d)
+    score = X @ w
+    if cfg.model == "lr":
+        loss = (cp.sum(cp.logistic(score)) - (y.astype(float) @ score)) / n
+    else:
+        loss = cp.sum(cp.pos(1 - cp.multiply(2.0 * y - 1.0, score))) / n
+    if cfg.l2 > 0:
+        loss = loss + cfg.l2 / 2 * cp.sum_squares(w)
+
+    def run(problem) -> str:
+        """Clarabel, then SCS at high accuracy where Clarabel stops short of `optimal` (its exponential-cone
+        steps sometimes end `optimal_inaccurate` on problems SCS solves); the status is the last solver's."""
+        status = "not solved"
+        scs = {"eps": 1e-9, "max_iters": 200_000, "time_limit_secs": 120.0}  # a stalled fallback ends, N/A
+        for solver, opts in ((cp.CLARABEL, {}), (cp.SCS, scs)):
+            try:
+                with warnings.catch_warnings():  # "Solution may be inaccurate": the status says so
+                    warnings.simplefilter("ignore", UserWarning)
+                    problem.solve(solver=solver, **opts)
+                status = str(problem.status)
+            except cp.error.SolverError as err:
+                status = f"solver_error ({str(err).splitlines()[0][:80]})"
+            if status == "optimal":
+                break
+        return status
+
+    if cfg.fairness == "di" or not sets:
+        cons = []
+        for Xs, zs, _, c in sets:
+            a = di_vector(Xs, zs)
+            cons += [a @ w <= c, -(a @ w) <= c]
+        status = run(cp.Problem(cp.Minimize(loss), cons))
+        ok = status == "optimal" and w.value is not None
+        return Solve(np.asarray(w.value if w.value is not None else np.zeros(d)), status, ok)
+
+    if warm is None:
+        base = _solve_reduced(X, y, [], cfg)
+        if not base.ok:
+            return base
+        warm = base.w
+    terms = [dm_terms(Xs, zs, ys, cfg.fairness) + (c,) for Xs, zs, ys, c in sets]
+    wk, tau, prev = np.asarray(warm, float), cfg.tau, np.inf
+    status, it = "optimal", 0
+    for it in range(1, cfg.ccp_max_iter + 1):
+        cons, slacks = [], []
+        for Xs, ys, a, c in terms:
+            if not len(a):
+                continue
+            active = (ys * (Xs @ wk)) < 0  # where min(0, yt x.w) is the linear branch at w_k
+            margin = cp.multiply(ys, Xs @ w)
+            convex_neg = cp.pos(-margin)  # -min(0, m) = max(0, -m), convex
+            pos, neg = a > 0, a < 0
+            # Cov = sum_{a>0} a g (concave) + sum_{a<0} |a| (-g) (convex): linearise the concave part at w_k.
+            lin_pos = (a * active * pos) @ margin
+            lin_neg = (-a * active * neg) @ margin
+            s1, s2 = cp.Variable(nonneg=True), cp.Variable(nonneg=True)
+            cons += [lin_pos + (-a * neg) @ convex_neg <= c + s1,   # Cov <= c
+                     lin_neg + (a * pos) @ convex_neg <= c + s2]    # -Cov <= c
+            slacks += [s1, s2]
+        penalty = tau * cp.sum(cp.hstack(slacks)) if slacks else 0
+        problem = cp.Problem(cp.Minimize(loss + penalty), cons)
+        status = run(problem)
+        if status != "optimal" or w.value is None:
+            return Solve(wk, status, False, it)
+        wk = np.asarray(w.value, float)
+        slack = max((float(s.value) for s in slacks), default=0.0)
+        obj = float(loss.value)
+        if slack <= 1e-7 and abs(prev - obj) <= cfg.ccp_tol * max(1.0, abs(obj)):
+            break
+        prev = obj
+        tau = min(cfg.mu * tau, cfg.tau_max)
+    worst = max((abs(dm_cov(wk, Xs, ys, a)) - c for Xs, ys, a, c in terms if len(a)), default=-1.0)
+    if worst > cfg.feas_tol:
+        return Solve(wk, f"ccp_infeasible (|Cov| exceeds c by {worst:.2g} after {it} iterations)", False, it)
+    return Solve(wk, "optimal", True, it)
+
+
+# ---------------------------------------------------------------------------------------------- metrics
+def discrimination(y: np.ndarray, yhat: np.ndarray, s: np.ndarray) -> dict[str, float]:
+    """§0.3 gaps between the groups from the shared GroupRates: DI (positive rate), OMR (error rate), FPR, FNR."""
+    gr = GroupRates(np.asarray(y).astype(int), np.asarray(yhat).astype(int), np.asarray(s).astype(int))
+    return {"dis_di": abs(gr.difference("positive_rate")), "dis_omr": abs(gr.difference("accuracy")),
+            "dis_fpr": abs(gr.difference("fpr")), "dis_fnr": abs(gr.difference("tpr"))}
+
+
+# ---------------------------------------------------------------------------------------------- plugins
+class _FairLinear(Plugin):
+    """Shared by the four plugins: standardisation, prediction, the N/A evaluation."""
+
+    kind = "semi_supervised"
+    private = False
+    guarantee = "none"
+    Config = FairLinearConfig
+
+    def _standardise(self, X: np.ndarray) -> np.ndarray:
+        return np.hstack([(X - self.mean) / self.scale, np.ones((len(X), 1))])
+
+    def _fit_scaler(self, X: np.ndarray) -> None:
+        self.mean = X.mean(0)
+        sd = X.std(0)
+        self.scale = np.where(sd > 0, sd, 1.0)
+
+    @staticmethod
+    def _parts(data):
+        if data.s is None:
+            raise DataError(f"data={data.name}: fairness constraints need a protected attribute (data.sensitive)")
+        lab = data.y >= 0
+        if not lab.any():
+            raise DataError(f"data={data.name}: no labelled training rows")
+        return lab
+
+    def decision(self, X) -> np.ndarray:
+        return self._standardise(np.asarray(X, float)) @ self.w
+
+    def predict(self, X) -> np.ndarray:
+        return (self.decision(X) >= 0).astype(int)  # sigma(w.x) >= 0.5 (LR) and w.x >= 0 (SVM) coincide
+
+    def _record(self, sol: Solve) -> None:
+        self.statuses.append(sol.status)
+        self.w = sol.w
+        if not sol.ok and self.failed is None:
+            self.failed = sol.status
+            self.warn(f"{self.name}: the w-step solver ended with status {sol.status!r}: accuracy and "
+                      f"discrimination are N/A (spec §8.9)")
+
+    def evaluate(self, train, test, rng) -> dict[str, float]:
+        labelled = train.meta["row_labelled"]
+        out = {"n_labelled": int(labelled.sum()), "n_unlabelled": int((~labelled).sum()),
+               "solver_ok": float(self.failed is None), "solver_solves": float(len(self.statuses))}
+        if self.failed is not None:
+            nan = float("nan")
+            return out | {"accuracy": nan, "discrimination": nan} | {f"dis_{f}": nan for f in FAIRNESS}
+        yhat = self.predict(test.X)
+        gaps = discrimination(test.y, yhat, test.s)
+        out |= {"accuracy": float(np.mean(yhat == np.asarray(test.y).astype(int)))} | gaps
+        out["discrimination"] = gaps[f"dis_{self.cfg.fairness}"]
+        return out
+
+
+class _Zafar(_FairLinear):
+    """Zafar et al.: the constrained linear model on the labelled rows only (spec §3-4)."""
+
+    def fit(self, data, budget, ledger, rng, device="cpu"):
+        lab = self._parts(data)
+        self._fit_scaler(data.X)  # D_l u D_u, the same standardisation as the proposed method
+        X, y, z = self._standardise(data.X[lab]), data.y[lab].astype(int), data.s[lab].astype(float)
+        self.statuses, self.failed = [], None
+        self._record(solve_w(X, y, [(X, z, y, self.cfg.c)], self.cfg))
+        return self
+
+
+@register
+class ZafarFC(_Zafar):
+    name = "zafar_fc"
+    Config = ZafarFCConfig
+
+
+@register
+class ZafarDM(_Zafar):
+    name = "zafar_dm"
+    Config = ZafarDMConfig
+
+
+@register
+class FairSSLLR(_FairLinear):
+    name = "fair_ssl_lr"
+    Config = FairSSLConfig
+
+    def _sets(self, X, z, y, n_l):
+        cfg = self.cfg
+        c1 = cfg.c if cfg.c1 is None else cfg.c1
+        c2 = cfg.c if cfg.c2 is None else cfg.c2
+        lab, unl = slice(0, n_l), slice(n_l, None)
+        return {"labeled": [(X[lab], z[lab], y[lab], cfg.c)],
+                "unlabeled": [(X[unl], z[unl], y[unl], cfg.c)],
+                "combined": [(X[lab], z[lab], y[lab], c1), (X[unl], z[unl], y[unl], c2)],
+                "mixed": [(X, z, y, cfg.c)]}[cfg.constraint_scope]
+
+    def fit(self, data, budget, ledger, rng, device="cpu"):
+        cfg, g = self.cfg, self.cfg.graph
+        lab = self._parts(data)
+        order = np.concatenate([np.flatnonzero(lab), np.flatnonzero(~lab)])  # labelled rows first
+        n_l, n_u = int(lab.sum()), int((~lab).sum())
+        if n_u == 0 and cfg.constraint_scope in ("unlabeled", "combined"):
+            raise DataError(f"algo.constraint_scope={cfg.constraint_scope} needs unlabelled rows and data="
+                            f"{data.name} gives none; allowed without them: labeled, mixed "
+                            f"(or data.unlabelled_size > 0)")
+        check_graph_fits(n_l + n_u, n_u, g)
+        self._fit_scaler(data.X)
+        X = self._standardise(data.X[order])
+        z = data.s[order].astype(float)
+        y_l = data.y[order][:n_l].astype(int)
+        t0 = time.perf_counter()
+        A, self.sigma = gaussian_graph(X[:, :-1], g.sigma, g.sigma_mode)
+        graph = Propagator.build(A, n_l, g.ridge)
+        self.graph_seconds = time.perf_counter() - t0
+        self.zero_degree = graph.zero_degree_fraction()
+        self.ridge_used = graph.ridge_used
+        if self.zero_degree > 0:
+            self.warn(f"{self.name}: {self.zero_degree:.1%} of the unlabelled rows have zero degree in the graph "
+                      f"(sigma={self.sigma:g}; spec §8.11): their labels come from the classifier alone")
+        self.statuses, self.failed = [], None
+        y_u = (graph.harmonic(y_l) >= cfg.T).astype(int) if n_u else np.zeros(0, int)
+        prev_obj, self.outer = np.inf, 0
+        for self.outer in range(1, cfg.max_outer + 1):
+            y = np.concatenate([y_l, y_u])
+            sol = solve_w(X, y, self._sets(X, z, y, n_l), cfg)
+            self._record(sol)
+            self.y_fit = y  # the labels the current w was fitted on
+            if not sol.ok or not n_u:
+                break
+            score_u = X[n_l:] @ self.w
+            if cfg.yu_update == "printed":  # Eq. 5.16 as printed (sign error, §8.2), for debugging only
+                log_p, log_q = -np.logaddexp(0, -score_u), -np.logaddexp(0, score_u)  # ln p, ln(1 - p)
+                soft = graph.solve(graph.A[n_l:, :n_l] @ y_l.astype(float) - (log_p + log_q) / (2 * cfg.alpha))
+            else:
+                soft = graph.propagate(y_l, score_u, cfg.alpha)
+            new = (soft >= cfg.T).astype(int)
+            obj = self._objective(X, np.concatenate([y_l, new]), graph)
+            changed = np.any(new != y_u)
+            y_u = new
+            if not changed or abs(prev_obj - obj) <= cfg.tol * max(abs(obj), 1e-12):
+                break
+            prev_obj = obj
+        self.y_u = y_u
+        del graph, A
+        return self
+
+    def _objective(self, X, y, graph) -> float:
+        """Eq. 5.12 at the current w: summed loss + alpha y^T L y."""
+        s = X @ self.w
+        if self.cfg.model == "lr":
+            loss = np.sum(np.logaddexp(0, s) - y * s)
+        else:
+            loss = np.sum(np.maximum(0, 1 - (2 * y - 1) * s))
+        return float(loss + self.cfg.alpha * graph.smoothness(y))
+
+    def extra_metrics(self) -> dict[str, float]:
+        return {"zero_degree_fraction": self.zero_degree, "sigma": float(self.sigma),
+                "ridge_used": float(self.ridge_used), "outer_iterations": float(self.outer),
+                "graph_seconds": float(self.graph_seconds),
+                "y_u_positive_rate": float(self.y_u.mean()) if len(self.y_u) else float("nan")}
+
+
+@register
+class FairSSLSVM(FairSSLLR):
+    name = "fair_ssl_svm"
+

@@ -1,0 +1,228 @@
+"""Fair graph-based SSL family (fair_ssl.md): the graph and label propagation, the constrained w-steps (DI convex,
+mistreatment by our convex-concave procedure), the four plugins, N/A on solver failure."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from privfair_cli import datasets
+from privfair_cli.algorithms import fair_ssl
+from privfair_cli.errors import ConfigError, DataError
+from privfair_cli.typed import typed
+from tests.conftest import fit
+
+
+def clusters(n=120, seed=0):
+    """Two Gaussian blobs in 2-D (label = blob), the first 30 rows labelled."""
+    rng = np.random.default_rng(seed)
+    y = np.arange(n) % 2
+    X = rng.normal(size=(n, 2)) * 0.6 + np.where(y[:, None] == 1, 1.0, -1.0)
+    return X, y
+
+
+def test_gaussian_graph_matches_the_kernel_and_the_median_rule():
+    X, _ = clusters(40)
+    A, sigma = fair_ssl.gaussian_graph(X, 0.7)
+    d2 = ((X[:, None] - X[None]) ** 2).sum(-1)
+    want = np.exp(-d2 / 0.7**2)
+    np.fill_diagonal(want, 0)
+    assert A.dtype == np.float32 and sigma == 0.7
+    np.testing.assert_allclose(A, want, atol=1e-6)
+    _, med = fair_ssl.gaussian_graph(X, 0.7, "median")
+    off = d2[~np.eye(len(X), dtype=bool)]
+    assert med**2 == pytest.approx(np.sort(off)[len(off) // 2], rel=1e-5)
+
+
+def test_label_propagation_is_the_dense_harmonic_solution_and_its_corrected_closed_form():
+    X, y = clusters()
+    n_l, alpha = 30, 0.7
+    A, _ = fair_ssl.gaussian_graph(X, 1.0)
+    graph = fair_ssl.Propagator.build(A, n_l, 1e-8)
+    L = np.diag(A.astype(float).sum(1)) - A.astype(float)
+    harmonic = np.linalg.solve(L[n_l:, n_l:], -L[n_l:, :n_l] @ y[:n_l])
+    assert not graph.ridge_used
+    np.testing.assert_allclose(graph.harmonic(y[:n_l]), harmonic, rtol=1e-6, atol=1e-9)
+    # the y_u-step solves the stationarity condition of sum CE(y_u) + alpha y^T L y (spec §1.3b)
+    score = np.random.default_rng(1).normal(size=len(y) - n_l)
+    yu = graph.propagate(y[:n_l], score, alpha)
+    grad = -score + 2 * alpha * (L[n_l:, n_l:] @ yu + L[n_l:, :n_l] @ y[:n_l])
+    np.testing.assert_allclose(grad, 0, atol=1e-5)  # |score| ~ 1: the solve is accurate to ~1e-7 relatively
+    full = np.r_[y[:n_l], yu]
+    assert graph.smoothness(full) == pytest.approx(full @ L @ full, rel=1e-5)
+
+
+def test_label_propagation_agrees_with_scikit_learn_in_the_hard_clamping_limit():
+    """scikit-learn's LabelPropagation clamps the labelled rows hard: its fixed point is the harmonic solution.
+    LabelSpreading (soft clamping) with a small clamping weight gives the same hard labels on separated blobs."""
+    from sklearn.semi_supervised import LabelPropagation, LabelSpreading
+
+    X, y = clusters()
+    n_l, sigma = 30, 1.0
+    target = np.r_[y[:n_l], -np.ones(len(y) - n_l, int)]
+    A, _ = fair_ssl.gaussian_graph(X, sigma)
+    ours = fair_ssl.Propagator.build(A, n_l, 1e-8).harmonic(y[:n_l])
+    lp = LabelPropagation(kernel="rbf", gamma=1 / sigma**2, max_iter=200_000, tol=1e-12).fit(X, target)
+    np.testing.assert_allclose(lp.label_distributions_[n_l:, 1], ours, atol=1e-4)
+    ls = LabelSpreading(kernel="rbf", gamma=1 / sigma**2, alpha=0.01, max_iter=10_000, tol=1e-12).fit(X, target)
+    assert (ls.transduction_[n_l:] == (ours >= 0.5)).mean() >= 0.97
+
+
+def test_a_disconnected_unlabelled_row_gets_the_ridge_and_is_counted():
+    X, y = clusters(40)
+    X[-1] = 50.0  # far from everything: zero degree in float32
+    A, _ = fair_ssl.gaussian_graph(X, 1.0)
+    graph = fair_ssl.Propagator.build(A, 10, 1e-8)
+    assert graph.ridge_used and graph.zero_degree_fraction() == pytest.approx(1 / 30)
+    assert np.isfinite(graph.harmonic(y[:10])).all()
+
+
+def toy(n=300, seed=0):
+    """Labels depend on x and on z; the unconstrained LR has a clearly non-zero DI and OMR covariance."""
+    rng = np.random.default_rng(seed)
+    z = (rng.random(n) < 0.5).astype(float)
+    X = np.c_[rng.normal(size=n) + 0.8 * z, rng.normal(size=n), np.ones(n)]
+    y = (X[:, 0] + 0.5 * rng.normal(size=n) > 0.4).astype(int)
+    return X, z, y
+
+
+def cfg(**kw):
+    base = {"model": "lr", "fairness": "di", "c": 0.0, "l2": 0.0, "tau": 1.0, "mu": 1.2, "tau_max": 1e10,
+            "ccp_max_iter": 100, "ccp_tol": 1e-6, "feas_tol": 1e-6}
+    return typed(fair_ssl.FairLinearConfig, base | kw)
+
+
+def test_di_constraint_holds_at_the_solution_and_binds():
+    X, z, y = toy()
+    a = fair_ssl.di_vector(X, z)
+    free = fair_ssl.solve_w(X, y, [], cfg())
+    c = abs(a @ free.w) / 4
+    sol = fair_ssl.solve_w(X, y, [(X, z, y, c)], cfg(c=c))
+    assert sol.ok and abs(a @ sol.w) <= c + 1e-6
+    assert abs(a @ sol.w) == pytest.approx(c, rel=1e-3)  # active: the unconstrained optimum violates it
+
+
+@pytest.mark.parametrize("model", ["lr", "svm"])
+def test_large_c_is_the_unconstrained_model(model):
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.svm import LinearSVC
+
+    X, z, y = toy()
+    lam = 1e-2
+    sol = fair_ssl.solve_w(X, y, [(X, z, y, 1e6)], cfg(model=model, c=1e6, l2=lam))
+    n = len(y)
+    # (1/n) sum loss + lam/2 ||w||^2  <=>  C = 1 / (n lam) with the intercept regularised too
+    if model == "lr":
+        ref = LogisticRegression(C=1 / (n * lam), fit_intercept=False, tol=1e-12, max_iter=10_000).fit(X, y)
+    else:
+        ref = LinearSVC(C=1 / (n * lam), loss="hinge", fit_intercept=False, tol=1e-12, max_iter=1_000_000,
+                        dual=True, random_state=0).fit(X, y)
+        # liblinear's dual coordinate descent stops near, not at, the optimum: ours is at least as good
+        obj = lambda w: np.mean(np.maximum(0, 1 - (2 * y - 1) * (X @ w))) + lam / 2 * w @ w  # noqa: E731
+        assert obj(sol.w) <= obj(ref.coef_[0]) + 1e-7
+    np.testing.assert_allclose(sol.w, ref.coef_[0], atol=1e-2 if model == "svm" else 1e-4)
+
+
+def test_convex_concave_loop_reaches_the_known_constrained_optimum():
+    """One feature + intercept: the feasible optimum of min loss s.t. |Cov_OMR| <= c is found by brute force on a
+    grid; the CCP point is feasible and as good (within the grid's resolution)."""
+    rng = np.random.default_rng(4)
+    n = 200
+    z = (rng.random(n) < 0.5).astype(float)
+    x = rng.normal(size=n)
+    y = (x + np.where(z == 1, 0.3, 1.2) * rng.normal(size=n) > 0).astype(int)
+    X = np.c_[x, np.ones(n)]
+    Xs, ys, a = fair_ssl.dm_terms(X, z, y, "omr")
+    # the spec's two-sum form (N0/n') sum_{z=1} g - (N1/n') sum_{z=0} g, divided by M, is the same covariance
+    g = lambda w: np.minimum(0, ys * (Xs @ w))  # noqa: E731
+    two_sum = lambda w: ((z == 0).sum() / n * g(w)[z == 1].sum() - (z == 1).sum() / n * g(w)[z == 0].sum()) / n  # noqa: E731
+    free = fair_ssl.solve_w(X, y, [], cfg())
+    assert fair_ssl.dm_cov(free.w, Xs, ys, a) == pytest.approx(two_sum(free.w))
+    c = abs(fair_ssl.dm_cov(free.w, Xs, ys, a)) / 3
+    sol = fair_ssl.solve_w(X, y, [(X, z, y, c)], cfg(fairness="omr", c=c))
+    assert sol.ok and abs(fair_ssl.dm_cov(sol.w, Xs, ys, a)) <= c + 1e-6
+    grid = np.stack(np.meshgrid(np.linspace(-1, 5, 601), np.linspace(-3, 3, 601)), -1).reshape(-1, 2)
+    scores = X @ grid.T
+    loss = (np.logaddexp(0, scores) - y[:, None] * scores).mean(0)
+    cov = a @ np.minimum(0, ys[:, None] * (Xs @ grid.T))
+    best = loss[np.abs(cov) <= c].min()
+    ours = np.mean(np.logaddexp(0, X @ sol.w) - y * (X @ sol.w))
+    unconstrained = np.mean(np.logaddexp(0, X @ free.w) - y * (X @ free.w))
+    assert unconstrained - 1e-9 <= ours <= best + 1e-3
+
+
+def ssl_table(n=400, seed=0):
+    rng = np.random.default_rng(seed)
+    s = (rng.random(n) < 0.5).astype(int)
+    X = np.c_[rng.random(n), rng.random(n) * 0.5 + 0.3 * s]
+    y = (X[:, 0] + 0.3 * s + 0.2 * rng.normal(size=n) > 0.7).astype(int)
+    tbl = datasets.Table("toy", X, y, s, ["a", "b"])
+    return datasets.split(tbl, 0.3, np.random.default_rng(seed), unlabelled_size=0.5)
+
+
+@pytest.mark.parametrize("scope", ["labeled", "unlabeled", "combined", "mixed"])
+def test_fair_ssl_lr_respects_the_di_constraint_on_its_scope(scope):
+    train, test = ssl_table()
+    seen = datasets.hide_labels(train)
+    plugin, _ = fit("fair_ssl_lr", seen, c=0.005, constraint_scope=scope, graph={"sigma": 0.3,
+                    "sigma_mode": "fixed", "ridge": 1e-8, "max_gb": 1.0})
+    lab = seen.y >= 0
+    X = plugin._standardise(seen.X)
+    sets = {"labeled": [lab], "unlabeled": [~lab], "combined": [lab, ~lab], "mixed": [np.ones_like(lab)]}[scope]
+    for m in sets:
+        assert abs(fair_ssl.di_vector(X[m], seen.s[m].astype(float)) @ plugin.w) <= 0.005 + 1e-6
+    out = plugin.evaluate(train, test, None)
+    assert out["solver_ok"] == 1 and 0 <= out["discrimination"] <= 1 and out["accuracy"] > 0.5
+    assert out["discrimination"] == out["dis_di"] and 1 <= plugin.outer <= 20
+
+
+def test_fair_ssl_lr_with_large_c_is_lr_on_its_final_labels():
+    from sklearn.linear_model import LogisticRegression
+
+    train, _ = ssl_table()
+    seen = datasets.hide_labels(train)
+    plugin, _ = fit("fair_ssl_lr", seen, c=1e6, l2=1e-2)
+    lab = seen.y >= 0
+    X = np.r_[plugin._standardise(seen.X[lab]), plugin._standardise(seen.X[~lab])]
+    ref = LogisticRegression(C=1 / (len(X) * 1e-2), fit_intercept=False, tol=1e-12, max_iter=10_000)
+    np.testing.assert_allclose(plugin.w, ref.fit(X, plugin.y_fit).coef_[0], atol=1e-4)
+
+
+@pytest.mark.parametrize("algo,fairness", [("fair_ssl_svm", "fnr"), ("zafar_dm", "fpr"), ("zafar_fc", "di")])
+def test_other_plugins_run_and_report_their_notion(algo, fairness):
+    train, test = ssl_table()
+    plugin, _ = fit(algo, datasets.hide_labels(train), fairness=fairness, c=0.0 if fairness == "di" else 0.01)
+    out = plugin.evaluate(train, test, None)
+    assert out["solver_ok"] == 1 and out["discrimination"] == out[f"dis_{fairness}"]
+    assert plugin.claims() == "none"
+
+
+def test_a_solver_that_does_not_reach_optimal_gives_na_not_numbers():
+    train, test = ssl_table()
+    plugin, _ = fit("zafar_dm", datasets.hide_labels(train), c=0.0, tau=1e-9, ccp_max_iter=1)
+    out = plugin.evaluate(train, test, None)
+    assert out["solver_ok"] == 0 and np.isnan(out["accuracy"]) and np.isnan(out["discrimination"])
+    assert any("N/A" in w for w in plugin.warnings())
+
+
+def test_bad_inputs_are_refused_in_one_line():
+    with pytest.raises(ConfigError, match=r"algo.c=-1 is out of range"):
+        fit("fair_ssl_lr", None, c=-1)
+    with pytest.raises(ConfigError, match="needs .* GB, more than algo.graph.max_gb=.*data.unlabelled_size"):
+        fair_ssl.check_graph_fits(40_000, 30_000, typed(fair_ssl.GraphConfig, {
+            "sigma": 0.5, "sigma_mode": "fixed", "ridge": 1e-8, "max_gb": 6.0}, "algo.graph"))
+    train, _ = ssl_table()
+    labelled = train.subset(np.flatnonzero(train.meta["row_labelled"]))
+    with pytest.raises(DataError, match="constraint_scope=unlabeled needs unlabelled rows"):
+        fit("fair_ssl_lr", labelled, constraint_scope="unlabeled")
+
+
+def test_collinear_columns_do_not_change_the_solution():
+    """One-hot columns that sum to the intercept leave the unregularised problem a flat direction; the w-step
+    searches the row space, so the fitted scores are those of the problem without the redundant column."""
+    X, z, y = toy()
+    dup = np.c_[X[:, :1], X[:, :1] * 2.0, X[:, 1:]]
+    a = fair_ssl.solve_w(X, y, [(X, z, y, 0.01)], cfg(c=0.01))
+    b = fair_ssl.solve_w(dup, y, [(dup, z, y, 0.01)], cfg(c=0.01))
+    assert a.ok and b.ok
+    np.testing.assert_allclose(dup @ b.w, X @ a.w, atol=1e-5)
