@@ -317,6 +317,7 @@ class _CorrelatedDP(Plugin):
                 f"{len(truth)} answers)", answers_composed=len(truth)) for _ in range(cfg.noise_draws)])
         else:
             noisy = truth[None, :]
+        self.noisy = noisy
         self.errors = np.abs(noisy - truth[None, :])
         self.eps2 = eps2
         self.query_delta = delta
@@ -341,6 +342,14 @@ class _CorrelatedDP(Plugin):
             return np.full(len(X), -1)
         Xd = design(2.0 * np.asarray(X, dtype=float)[:, self.final] - 1.0, self.cfg.intercept)
         return (Xd @ self.W[0] >= 0).astype(int)
+
+    def audit_statistic(self, canary: dict) -> float:
+        """`privfair audit`'s score of one release: the canary's signed margin under the first released model (LR /
+        SVM tasks), else the sum of the first draw's noisy answers."""
+        if self.cfg.task in MODEL_TASKS:
+            x = design(2.0 * np.asarray(canary["X"], dtype=float)[None, self.final] - 1.0, self.cfg.intercept)
+            return float((x @ self.W[0])[0] * (1 if int(canary["y"]) == 1 else -1))
+        return float(self.noisy[0].sum())
 
     def evaluate(self, train, test, rng) -> dict[str, float]:
         out = {f"n_features_{k}": float(v) for k, v in self.stages.items()}

@@ -184,6 +184,19 @@ def bars_vs_published(runs, comparison: pd.DataFrame, out_dir: Path, name: str, 
         axes[0, 0].legend(fontsize=8)
 
 
+def run_summary(runs: pd.DataFrame, keys: list[str], metrics: list[str], csv: Path | None = None) -> pd.DataFrame:
+    """Mean, std and count of `metrics` over the runs per value of `keys` (one row each); `csv`: also written."""
+    grouped = runs.groupby(keys, sort=True, dropna=False)
+    summary = grouped[metrics].agg(["mean", "std"])
+    summary.columns = [f"{m}_{stat}" for m, stat in summary.columns]
+    summary.insert(0, "runs", grouped.size())
+    summary = summary.reset_index()
+    if csv is not None:
+        Path(csv).parent.mkdir(parents=True, exist_ok=True)
+        summary.to_csv(csv, index=False, float_format="%.6g")
+    return summary
+
+
 def metric_vs(runs: pd.DataFrame, comparison, out_dir: Path, name: str, x: str, metrics: list[str],
               reference: dict | None = None, file: str = "figure.png", by: list[str] | None = None,
               csv: str | None = None) -> None:
@@ -192,13 +205,7 @@ def metric_vs(runs: pd.DataFrame, comparison, out_dir: Path, name: str, x: str, 
     summary (one row per line and x) beside the figure."""
     if runs.empty:
         return
-    grouped = runs.groupby(["algo", "data", *(by or []), x], sort=True, dropna=False)
-    summary = grouped[metrics].agg(["mean", "std"])
-    summary.columns = [f"{m}_{stat}" for m, stat in summary.columns]
-    summary.insert(0, "runs", grouped.size())
-    summary = summary.reset_index()
-    if csv:
-        summary.to_csv(Path(out_dir) / csv, index=False, float_format="%.6g")
+    summary = run_summary(runs, ["algo", "data", *(by or []), x], metrics, Path(out_dir) / csv if csv else None)
     tradeoff(summary, x, metrics, Path(out_dir) / file, reference, title=f"{name}: ")
 
 
@@ -210,13 +217,7 @@ def run_bars(runs: pd.DataFrame, comparison, out_dir: Path, name: str, x: str, m
     if runs.empty:
         return
     keys = ["data", x] + ([by] if by else [])
-    grouped = runs.groupby(keys, sort=True, dropna=False)
-    summary = grouped[metrics].agg(["mean", "std"])
-    summary.columns = [f"{m}_{stat}" for m, stat in summary.columns]
-    summary.insert(0, "runs", grouped.size())
-    summary = summary.reset_index()
-    if csv:
-        summary.to_csv(Path(out_dir) / csv, index=False, float_format="%.6g")
+    summary = run_summary(runs, keys, metrics, Path(out_dir) / csv if csv else None)
     datasets = sorted(summary["data"].unique())
     xs = list(dict.fromkeys(runs[x]))
     bys = sorted(summary[by].astype(str).unique()) if by else [""]
@@ -376,13 +377,7 @@ def metric_vs_with_csv(runs: pd.DataFrame, comparison, out_dir: Path, name: str,
     if runs.empty:
         return
     present = [m for m in metrics if m in runs]
-    grouped = runs.groupby(["algo", "data", x], sort=True)
-    summary = grouped[present].agg(["mean", "std"])
-    summary.columns = [f"{m}_{stat}" for m, stat in summary.columns]
-    summary.insert(0, "runs", grouped.size())
-    summary = summary.reset_index()
-    Path(out_dir).mkdir(parents=True, exist_ok=True)
-    summary.to_csv(Path(out_dir) / csv, index=False, float_format="%.6g")
+    summary = run_summary(runs, ["algo", "data", x], present, Path(out_dir) / csv)
     tradeoff(summary, x, present, Path(out_dir) / file, title=f"{name}: ")
 
 
