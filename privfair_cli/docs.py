@@ -294,8 +294,31 @@ def report(exps: list[Experiment], root: Path | None = None) -> str:
     return "\n".join(lines).rstrip() + "\n"
 
 
-def readme_block(exps: list[Experiment]) -> str:
-    return f"{START}\n{summary_table(exps)}\n{END}"
+def family_summary(root: Path, exps: list[Experiment], report_link: str = "docs/reproduction.md") -> str:
+    """The README's summary: per family, its experiments and the number of cells per verdict (the per-experiment
+    table is in the report). Variant experiments (`variant_of`) are counted with their experiments but not in the
+    cells, which their main experiment already counts."""
+    families = experiment_families(root, exps)
+    head = ["family", "experiments", *(LABELS[v] for v in VERDICTS)]
+    lines = [_row(head), _row(["---"] * len(head))]
+    total = dict.fromkeys(VERDICTS, 0)
+    for family in sorted(set(families.values())):
+        mine = [e for e in exps if families[e.name] == family]
+        counts = dict.fromkeys(VERDICTS, 0)
+        for e in mine:
+            if not e.spec.get("variant_of"):
+                counts = {v: counts[v] + n for v, n in _counts(e.cells).items()}
+        total = {v: total[v] + counts[v] for v in VERDICTS}
+        missing = sum(e.cells is None for e in mine)
+        n = f"{len(mine)}" + (f" ({missing} without a comparison)" if missing else "")
+        link = f"[{family}](docs/families/{family}.md)" if family != "other" else family
+        lines.append(_row([link, n, *_count_cells(counts)]))
+    lines.append(_row(["**all**", f"[{len(exps)}]({report_link})", *(f"**{total[v]}**" for v in VERDICTS)]))
+    return "\n".join(lines)
+
+
+def readme_block(root: Path, exps: list[Experiment]) -> str:
+    return f"{START}\n{family_summary(root, exps)}\n{END}"
 
 
 def with_block(text: str, block: str, start_marker: str = START, end_marker: str = END) -> str:
@@ -349,7 +372,7 @@ def algorithm_table(root: Path) -> str:
 def expected(root: Path) -> dict[Path, str]:
     """What the generated files must contain, from the committed comparisons and the registry under `root`."""
     exps = experiments(root)
-    readme = with_block((root / README).read_text(), readme_block(exps))
+    readme = with_block((root / README).read_text(), readme_block(root, exps))
     readme = with_block(readme, algorithm_table(root), ALGORITHMS_START, ALGORITHMS_END)
     return {REPORT: report(exps, root), README: readme}
 

@@ -50,8 +50,9 @@ def test_counts_reasons_and_missing_reasons_are_shown(tmp_path):
     assert "`without_cuda: skip`" in page
     readme = (root / docs.README).read_text()
     assert readme.startswith("intro\n") and "\nrest\n" in readme and "old" not in readme
-    assert "| [`p2020_table1`](docs/reproduction.md#p2020_table1) | Table 1, Table 2 | 1 | 1 |  | 2 |" in readme
-    assert "no comparison committed" in readme
+    assert "| other | 2 (1 without a comparison) | 1 | 1 |  | 2 |" in readme
+    assert "| [`p2020_table1`](#p2020_table1) | Table 1, Table 2 | 1 | 1 |  | 2 |" in page
+    assert "no comparison committed" in page
     assert docs.main(["--root", str(root), "--check"]) == 0
 
 
