@@ -56,6 +56,23 @@ def test_counts_reasons_and_missing_reasons_are_shown(tmp_path):
     assert docs.main(["--root", str(root), "--check"]) == 0
 
 
+def test_extra_rows_of_a_published_cell_are_shown_but_counted_once(tmp_path):
+    rows = ("Table 1,A,x,eps=1,acc [Race],0.5,,0.5,0.01,0,0.02,match,\n"
+            "Table 1,A,x,eps=1,acc [Sex],0.5,,0.9,0.01,0.4,0.02,deviates,other attribute\n"
+            "Table 1,A,x,eps=2,acc [Race],0.5,,0.9,0.01,0.4,0.02,deviates,too high\n"
+            "Table 1,A,x,eps=2,acc [Sex],0.5,,0.5,0.01,0,0.02,match,\n")
+    root = _checkout(tmp_path, {"p2020_table1": rows})
+    spec = root / "configs" / "experiment" / "p2020_table1.yaml"
+    spec.write_text(spec.read_text() + '  label: "{metric} [Race]"\n  variants:\n'
+                    '    - {label: "{metric} [Sex]", keys: {accuracy: accuracy_sex}}\n')
+    assert docs.main(["--root", str(root)]) == 0
+    page = (root / docs.REPORT).read_text()
+    assert "| Table 1 | 2 | 1 | 1 |  |  |" in page  # two published cells, not four rows
+    assert "2 extra rows" in page and "1 match, 1 deviates" in page
+    assert "**deviates**, 1 cell (x; A; acc [Sex]): other attribute" in page  # reasons cover every row
+    assert "| other | 1 | 1 | 1 |  |  |" in (root / docs.README).read_text()
+
+
 def test_check_fails_when_a_comparison_changes(tmp_path, capsys):
     root = _checkout(tmp_path, {"p2020_table1": "Table 1,A,x,eps=1,acc,0.5,,0.5,0.01,0,0.02,match,\n"})
     docs.main(["--root", str(root)])
