@@ -25,10 +25,13 @@ Deviations and choices (prefair.md §11 item numbers):
   also a rounding sampler). Both are post-processing of the same measurements. Selection's product model is the
   same projection of the 1-way measurements under either.
 - A1: Exponential-PreFair's noise is sigma_q = sqrt(r / (2 rho_sel)) (the proof's, private); the reference
-  code's typo is not reproduced. A7: `search_variant: exact` only: A* over fair forests in a canonical edge
-  order (each forest generated once), heuristic = weight of the unconstrained minimum completion (admissible),
-  so the result is the optimum of Algorithm 1; `max_expansions` bounds the search. The reference code's
-  heuristic search is not replicated.
+  code's typo is reproduced only by `search_variant: ref_code`. A7: `search_variant: exact` (default): A* over
+  fair forests in a canonical edge order (each forest generated once), heuristic = weight of the unconstrained
+  minimum completion (admissible), so the result is the optimum of Algorithm 1; `max_expansions` bounds the
+  search. `search_variant: ref_code` replays the reference code's selection, which produced the published
+  Exponential-PreFair numbers: weights max(q + N(0, rho_sel / (2 r)), 0) (A1's typo, about no noise; drawn outside
+  the ledger, so the run claims `heuristic` and warns), then its heap search (A7 items 1-4, `ref_code_search`:
+  alternating-sign keys, no children while an isomorphic forest is queued; ties by push order instead of `id()`).
 - A4: delta defaults to 1e-9 (the plugins' `default_delta`); `conversion: rdp_classic` uses Thm 4 instead.
 - A8: the candidate filter is correct by default; `ref_code_candidate_filter: true` replays the reference
   code's skip-after-remove bug (its trees can be unfair: `tree_fair` is then 0 instead of an error).
@@ -77,6 +80,7 @@ from privfair_cli.downstream import ReleaseEvaluation
 from privfair_cli.errors import ConfigError, DataError
 from privfair_cli.privacy import accountants
 from privfair_cli.privacy.mechanisms import exponential, gaussian_zcdp
+from privfair_cli.privacy.noise import noise_source
 from privfair_cli.registry import Plugin, register
 from privfair_cli.typed import bounds
 
@@ -231,6 +235,85 @@ def best_fair_tree(w: np.ndarray, I: np.ndarray, J: np.ndarray, d: int, roles: R
     raise DataError("prefair_optimal: no fair spanning tree exists for these roles")
 
 
+def forest_shape(edges, d: int) -> tuple[str, ...]:
+    """The unlabelled isomorphism class of a forest on d nodes (isolated nodes included): the sorted canonical
+    codes of its components, each the AHU code of the tree rooted at its centre (the smaller code of two centres).
+    Two forests get the same shape exactly when `networkx.is_isomorphic` holds for them."""
+    adj: list[list[int]] = [[] for _ in range(d)]
+    for i, j in edges:
+        adj[i].append(j)
+        adj[j].append(i)
+
+    def code(root: int, parent: int) -> str:
+        return "(" + "".join(sorted(code(c, root) for c in adj[root] if c != parent)) + ")"
+
+    seen, shapes = np.zeros(d, bool), []
+    for start in range(d):
+        if seen[start]:
+            continue
+        comp, stack = [], [start]
+        seen[start] = True
+        while stack:
+            v = stack.pop()
+            comp.append(v)
+            for c in adj[v]:
+                if not seen[c]:
+                    seen[c] = True
+                    stack.append(c)
+        degree = {v: len(adj[v]) for v in comp}
+        leaves, left = [v for v in comp if degree[v] <= 1], len(comp)
+        while left > 2:  # strip leaves layer by layer down to the centre(s)
+            left -= len(leaves)
+            nxt = []
+            for v in leaves:
+                for c in adj[v]:
+                    degree[c] -= 1
+                    if degree[c] == 1:
+                        nxt.append(c)
+            leaves = nxt
+        shapes.append(min(code(c, -1) for c in leaves))
+    return tuple(sorted(shapes))
+
+
+def ref_code_search(w: np.ndarray, I: np.ndarray, J: np.ndarray, d: int, roles: Roles,
+                    max_expansions: int = 2_000_000) -> tuple[list[tuple[int, int]], int]:
+    """The reference code's Exponential-PreFair search (prefair.md A7, items 2-4), replayed: a min-heap of forests
+    keyed by minus the popped key plus the edge weight (so keys alternate in sign with depth), starting from the
+    empty forest; a popped forest with d - 1 edges is returned; the children of a popped forest (one more edge
+    joining two components, fair by §1.3) are pushed only when no forest in the heap is isomorphic to it. Ties
+    between equal keys go to the earlier push (the reference code breaks them by `id()`, an address)."""
+    heap = [(0.0, 0, ())]
+    shapes: dict[tuple, int] = {}  # isomorphism classes of the forests in the heap
+    pushed = expansions = 0
+    while heap:
+        key, _, forest = heapq.heappop(heap)
+        shape = forest_shape([(int(I[k]), int(J[k])) for k in forest], d) if forest else ()
+        if forest:
+            shapes[shape] -= 1
+        if len(forest) == d - 1:
+            return [(int(I[k]), int(J[k])) for k in forest], expansions
+        expansions += 1
+        if expansions > max_expansions:
+            raise DataError(f"prefair_optimal: search stopped after max_expansions={max_expansions} expansions")
+        if shapes.get(shape, 0) > 0:  # an isomorphic forest waits in the heap: no children (A7 item 3)
+            continue
+        label = np.arange(d)
+        for k in forest:
+            label[label == label[J[k]]] = label[I[k]]
+        for k in range(len(w)):
+            if label[I[k]] == label[J[k]]:
+                continue
+            child = forest + (k,)
+            edges = [(int(I[c]), int(J[c])) for c in child]
+            if not is_fair(edges, d, roles):
+                continue
+            pushed += 1
+            heapq.heappush(heap, (-(key + w[k]), pushed, child))
+            child_shape = forest_shape(edges, d)
+            shapes[child_shape] = shapes.get(child_shape, 0) + 1
+    raise DataError("prefair_optimal: no fair spanning tree exists for these roles")
+
+
 # ---------------------------------------------------------------------------------------------- pipeline
 # MST §3 step 3 (McKenna et al. 2021): a value whose noisy 1-way count is below this many noise standard deviations
 # is indistinguishable from an empty one and joins the attribute's rare bucket.
@@ -327,9 +410,10 @@ class PreFairGreedyConfig(FairReleaseConfig):
 
 @dataclass(frozen=True)
 class PreFairOptimalConfig(FairReleaseConfig):
-    """`prefair_optimal`: the exact search of Algorithm 1, bounded by `max_expansions` (A7)."""
+    """`prefair_optimal`: the exact search of Algorithm 1, or the reference code's (`ref_code`, A1 + A7), bounded by
+    `max_expansions`."""
 
-    search_variant: Literal["exact"]
+    search_variant: Literal["exact", "ref_code"]
     max_expansions: int = field(metadata=bounds(ge=1))
 
 
@@ -503,8 +587,20 @@ class PreFairOptimal(MarginalTreeRelease):
     name = "prefair_optimal"
     Config = PreFairOptimalConfig
 
+    def claims(self) -> str:
+        """`search_variant: ref_code` selects with the reference code's noise, sqrt(rho_sel / (2 r)) (A1), far
+        below what rho_sel pays for: not private, so such a run claims `heuristic`."""
+        return "heuristic" if self.cfg.search_variant == "ref_code" else super().claims()
+
     def select(self, q, I, J, d, roles, rho_sel, rng, ledger):
         r = q.size
+        if self.cfg.search_variant == "ref_code":  # A1 + A7: the reference code's weights and search, not private
+            sigma_ref = math.sqrt(rho_sel / (2 * r)) if math.isfinite(rho_sel) else 0.0
+            self.warn(f"search_variant=ref_code: the selection's noise is the reference code's sqrt(rho_sel/(2r)) = "
+                      f"{sigma_ref:.3g} (A1), outside the ledger: the release is not differentially private")
+            w = np.maximum(noise_source(rng).add_gaussian(q, sigma_ref), 0.0)
+            edges, self.expansions = ref_code_search(w, I, J, d, roles, self.cfg.max_expansions)
+            return edges
         sigma_q = math.sqrt(r / (2 * rho_sel))
         qt = gaussian_zcdp(q, math.sqrt(r), sigma_q, rng, ledger, note=f"noisy weights of {r} pairs (rho/3)")
         edges, self.expansions = best_fair_tree(qt.max() - qt, I, J, d, roles, self.cfg.max_expansions)

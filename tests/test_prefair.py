@@ -148,6 +148,71 @@ def test_ref_code_filter_keeps_the_compas_pairs_the_spec_names():
     assert leaked == {("Two_yr_Recidivism", "Age_Above_FourtyFive"), ("Two_yr_Recidivism", "Sex")}
 
 
+def test_forest_shape_agrees_with_networkx_isomorphism():
+    nx = pytest.importorskip("networkx")
+    rng = np.random.default_rng(0)
+    d = 7
+    forests = []
+    for _ in range(60):  # random forests: a random recursive tree on shuffled labels, a random subset of its edges
+        order = rng.permutation(d)
+        tree = [(int(order[k]), int(order[rng.integers(k)])) for k in range(1, d)]
+        forests.append([e for e in tree if rng.random() < 0.7])
+    for a, b in itertools.combinations(forests[:40], 2):
+        ga, gb = nx.Graph(a), nx.Graph(b)
+        ga.add_nodes_from(range(d))
+        gb.add_nodes_from(range(d))
+        assert (pf.forest_shape(a, d) == pf.forest_shape(b, d)) == nx.is_isomorphic(ga, gb)
+
+
+def _reference_search(w, I, J, d, roles):
+    """The reference code's search written with networkx graphs and `is_isomorphic` as prefair.md A7 describes
+    it, independently of `ref_code_search` (its forest shapes, counters and union-find)."""
+    nx = pytest.importorskip("networkx")
+    import heapq
+
+    T = nx.Graph()
+    T.add_nodes_from(range(d))
+    heap, pushed = [(0.0, 0, T)], 0
+    while heap:
+        W, _, T = heapq.heappop(heap)
+        if T.number_of_edges() == d - 1:
+            return sorted(tuple(sorted(e)) for e in T.edges)
+        if any(nx.is_isomorphic(T, other) for _, _, other in heap):
+            continue
+        for k in range(len(w)):
+            i, j = int(I[k]), int(J[k])
+            if nx.has_path(T, i, j):
+                continue
+            child = T.copy()
+            child.add_edge(i, j)
+            if pf.is_fair(list(child.edges), d, roles):
+                pushed += 1
+                heapq.heappush(heap, (-(W + w[k]), pushed, child))
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_ref_code_search_replays_the_reference_heap_search(seed):
+    rng = np.random.default_rng(seed)
+    d = 6
+    labels = np.array(["P", "A", "O", "F", "P", "F"])[rng.permutation(d)]
+    roles = pf.Roles(*(frozenset(np.flatnonzero(labels == r).tolist()) for r in "PAO"))
+    I, J = pf.pairs_of(d)
+    w = rng.uniform(0, 10, size=I.size)
+    edges, _ = pf.ref_code_search(w, I, J, d, roles)
+    assert pf.is_fair(edges, d, roles) and len(edges) == d - 1
+    assert sorted(tuple(sorted(e)) for e in edges) == _reference_search(w, I, J, d, roles)
+
+
+def test_ref_code_variant_claims_heuristic_and_keeps_its_noise_out_of_the_ledger():
+    assert registry.make("prefair_optimal").claims() == "zCDP"
+    assert registry.make("prefair_optimal", search_variant="ref_code").claims() == "heuristic"
+    exact, ledger_exact = fit("prefair_optimal", chain_table(n=2000), eps=1.0)
+    ref, ledger_ref = fit("prefair_optimal", chain_table(n=2000), eps=1.0, search_variant="ref_code")
+    assert len(ledger_ref.entries) == len(ledger_exact.entries) - 1  # the selection's noise is not a release
+    assert pf.is_fair(ref.edges, len(ref.columns), ref.roles)
+    assert any("ref_code" in m for m in ref.__dict__.get("_warnings", []))
+
+
 def test_roles_without_admissible_attribute_fail_clearly():
     with pytest.raises(ConfigError, match=r"no `roles.admissible`.*configs/data/toy.yaml"):
         pf.Roles.from_names(["s", "a", "y"], {"protected": ["s"], "outcome": ["y"]}, data_name="toy")
