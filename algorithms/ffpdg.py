@@ -56,11 +56,12 @@ import numpy as np
 import pandas as pd
 
 from privfair_cli import downstream, metrics
-from privfair_cli.algorithms import preprocess, ron_gauss
+from privfair_cli.algorithms import dpwgan, pategan, preprocess, ron_gauss
 from privfair_cli.errors import ConfigError, DataError
 from privfair_cli.registry import Plugin, option, register
 from privfair_cli.typed import bounds
 
+GANS = ("dpwgan", "pategan")
 Panel = Literal["lr", "rf", "mlp", "gnb", "gb", "bnb", "dt", "lda"]
 
 
@@ -69,7 +70,7 @@ class FFPDGConfig:
     """`ffpdg` / `ron_gauss` (defaults: configs/algo/ffpdg.yaml, ron_gauss.yaml)."""
 
     preprocessor: Literal["none", "reweighing", "dir", "fairmaxent"]
-    generator: Literal["none", "ron_gauss"]
+    generator: Literal["none", "ron_gauss", "dpwgan", "pategan"]
     order: Literal["fair_first", "fair_last"]
     smoothing: float = field(metadata=bounds(ge=0, le=1))
     target: Literal["weighted", "data", "balanced"]
@@ -85,6 +86,25 @@ class FFPDGConfig:
     classifiers: list[Panel] | Panel
     compress_rows: bool
     lrd_folds: int = field(metadata=bounds(ge=2))
+    gan_noise_dim: int = field(metadata=bounds(ge=1))
+    gan_hidden: int = field(metadata=bounds(ge=1))
+    gan_batch: int = field(metadata=bounds(ge=1))
+    gan_lr: float = field(metadata=bounds(gt=0))
+    dpwgan_layers: int = field(metadata=bounds(ge=1))
+    dpwgan_sigma: float = field(metadata=bounds(gt=0))
+    dpwgan_clip: float = field(metadata=bounds(gt=0))
+    dpwgan_weight_clip: float = field(metadata=bounds(gt=0))
+    dpwgan_critic_steps: int = field(metadata=bounds(ge=1))
+    dpwgan_epochs: int = field(metadata=bounds(ge=1))
+    dpwgan_max_steps: int | None = field(metadata=bounds(ge=1))
+    pategan_teachers: int = field(metadata=bounds(ge=2))
+    pategan_teacher_hidden: int = field(metadata=bounds(ge=0))
+    pategan_teacher_iters: int = field(metadata=bounds(ge=1))
+    pategan_student_iters: int = field(metadata=bounds(ge=1))
+    pategan_lambda: float = field(metadata=bounds(gt=0))
+    pategan_moments: int = field(metadata=bounds(ge=1))
+    pategan_bound: Literal["data_dependent", "data_independent"]
+    pategan_max_rounds: int | None = field(metadata=bounds(ge=1))
 
 
 def protected_column(data, columns: list[str], name: str) -> int:
@@ -129,6 +149,9 @@ class FFPDG(Plugin):
         if cfg.generator == "none":
             return "none"
         raw_input = cfg.order == "fair_last" or cfg.preprocessor == "none"
+        if cfg.generator in GANS:  # (eps, delta): the runner reports "(eps,delta)-DP" for delta > 0
+            rigorous = raw_input and (cfg.generator == "dpwgan" or cfg.pategan_bound == "data_independent")
+            return "eps-DP" if rigorous else "heuristic"
         rigorous = (raw_input and cfg.class_counts == "noisy" and cfg.binary_decoding == "onehot"
                     and cfg.cov_sensitivity == "safe")
         return "eps-DP" if rigorous else "heuristic"
@@ -138,6 +161,11 @@ class FFPDG(Plugin):
         if cfg.order == "fair_first" and cfg.preprocessor != "none":
             out.append(f"{cfg.preprocessor} reads the raw rows before the private generator (one row can change "
                        "many of its outputs)")
+        if cfg.generator in GANS:
+            if cfg.generator == "pategan" and cfg.pategan_bound == "data_dependent":
+                out.append("PATE-GAN's moments accountant is data-dependent (the teachers' vote gaps on the private "
+                           "rows set eps_hat and the stopping time; pategan_bound=data_independent avoids it)")
+            return out
         if cfg.class_counts == "exact":
             out.append("the class counts are exact (class_counts=noisy releases them)")
         if cfg.binary_decoding == "quantile":
@@ -192,6 +220,24 @@ class FFPDG(Plugin):
 
     def _generate(self, Z, budget, ledger, rng):
         cfg = self.cfg
+        if cfg.generator == "dpwgan":
+            s = dpwgan.Settings(cfg.gan_noise_dim, cfg.gan_hidden, cfg.dpwgan_layers, cfg.gan_batch, cfg.dpwgan_sigma,
+                                cfg.dpwgan_clip, cfg.dpwgan_weight_clip, cfg.gan_lr, cfg.dpwgan_critic_steps,
+                                cfg.dpwgan_epochs, cfg.dpwgan_max_steps)
+            return dpwgan.generate(Z, self.domain, len(Z), budget.eps, budget.delta, s, rng, ledger)
+        if cfg.generator == "pategan":
+            s = pategan.Settings(cfg.gan_noise_dim, cfg.gan_hidden, cfg.pategan_teacher_hidden, cfg.gan_batch,
+                                 cfg.pategan_teachers, cfg.pategan_teacher_iters, cfg.pategan_student_iters,
+                                 cfg.pategan_lambda, cfg.pategan_moments, cfg.pategan_bound, cfg.gan_lr,
+                                 cfg.pategan_max_rounds)
+            out, labels = pategan.generate(Z, self.domain, len(Z), budget.eps, budget.delta, s, rng, ledger)
+            self.pategan_labels = labels
+            if not labels:
+                self.warn(f"PATE-GAN released no noisy label: eps={budget.eps:g} does not cover the first batch of "
+                          f"{cfg.gan_batch} under the moments accountant (lambda={cfg.pategan_lambda:g}, "
+                          f"{cfg.pategan_teachers} teachers, delta={budget.delta:g}); the release is the untrained "
+                          "generator's, nothing was spent")
+            return out
         settings = ron_gauss.Settings(cfg.p, cfg.eps_mu_share, cfg.cov_sensitivity, cfg.class_counts,
                                       cfg.count_share, cfg.binary_decoding, cfg.white_noise)
         return ron_gauss.generate(Z, self.domain, self.y_col, len(Z), budget.eps, settings, rng, ledger)
@@ -223,6 +269,8 @@ class FFPDG(Plugin):
             if len(np.unique(s_rel)) == 2 and y_rel.any():
                 out["statistical_rate"] = preprocess.statistical_rate(y_rel, s_rel)
                 out["representation_rate"] = preprocess.representation_rate(s_rel)
+        if hasattr(self, "pategan_labels"):
+            out["pategan_labels"] = float(self.pategan_labels)
         return out | {"runtime": self.fit_seconds, "n_synthetic": float(len(self.release))}
 
     def extra_metrics(self) -> dict[str, float]:
