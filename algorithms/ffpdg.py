@@ -1,11 +1,12 @@
 """FFPDG: fast, fair and private data generation (ffpdg.md; seed 004, Weijie Xu), the composable two-stage
 pipeline: a fairness pre-processor (`algorithms/preprocess.py`: `fairmaxent`, `reweighing`, `dir`, `none`) and a
-private generator (`algorithms/ron_gauss.py`: `ron_gauss`, or `none` for the processed data itself), chosen
+private generator (`algorithms/ron_gauss.py`: `ron_gauss`; `algorithms/dpwgan.py`: `dpwgan`; `algorithms/pategan.py`:
+`pategan`; or `none` for the processed data itself), chosen
 independently (`algo.preprocessor`, `algo.generator`), run in `order: fair_first` (pre-process, then generate;
 the FFPDG default) or `fair_last` (the pre-processor applied to the generator's output, §0). `algo=ffpdg` is the
 seed's combination (Algorithm 1: FairMaxEnt, then RON-Gauss); `algo=ron_gauss` is the stand-alone generator (§3).
-The 4 x 2 grid of Tables 4-5 (without the GAN columns) is one multirun:
-`privfair run -m algo=ffpdg algo.preprocessor=none,reweighing,dir,fairmaxent algo.generator=none,ron_gauss`.
+The 4 x 4 grid of Tables 4-5 is one multirun: `privfair run -m algo=ffpdg delta=1e-5
+algo.preprocessor=none,reweighing,dir,fairmaxent algo.generator=none,ron_gauss,dpwgan,pategan`.
 
 Steps (§1) on the card's discrete view (Adult and COMPAS in the small domains of §6: `data=adult_ffpdg`,
 `data=compas_ffpdg`): 1-3 the FairMaxEnt domain is the card's discrete view, whose records are their own keys;
@@ -22,7 +23,11 @@ class counts and the binary thresholds are raw, the seed's covariance sensitivit
 `heuristic` and the run warns why. The rigorous variant claims `eps-DP`: generator `ron_gauss` on the raw rows
 (`order: fair_last`, or `preprocessor: none`) with `class_counts: noisy`, `binary_decoding: onehot` and
 `cov_sensitivity: safe`; the pre-processor then only post-processes the release. Generator `none` releases the
-(processed) real rows: `none`.
+(processed) real rows: `none`. The GAN generators spend (eps, delta) (the run's delta must be > 0): `dpwgan` the
+RDP accountant's eps of its subsampled-Gaussian critic steps, `pategan` the moments accountant's eps_hat; on the raw
+rows (`fair_last` or `preprocessor: none`) they claim (eps,delta)-DP, except PATE-GAN with the paper's
+data-dependent moments (`pategan_bound: data_dependent`, the default), which claims `heuristic` and warns. The GANs
+decode by argmax over one-hot blocks, so no raw statistic enters their release.
 
 Deviations and choices (ffpdg.md IDs):
 - §1 steps 1/3: the original format is the card's small-domain view (age decade and education years as
@@ -41,7 +46,9 @@ Deviations and choices (ffpdg.md IDs):
 - F15: DIR repairs the attributes, never the label or the protected attribute (on codes; see preprocess.py).
 - §7: the classifiers are fitted on the release's distinct rows weighted by their counts (`compress_rows`, the
   same fit for a small domain; RandomForest's bootstrap and the MLP's minibatches then run over distinct rows).
-- DP-WGAN / PATE-GAN (§5) and CTGAN / CopulaGAN are not implemented here (no generator of that name).
+- §5 DP-WGAN / PATE-GAN: their own modules list their choices (per-example clipping, the precomputed number of
+  critic steps; PATE-GAN's accountant and what happens at the spec's lambda = 1). CTGAN / CopulaGAN are not
+  implemented (no generator of that name).
 """
 
 from __future__ import annotations

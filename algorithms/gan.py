@@ -41,6 +41,7 @@ from __future__ import annotations
 import contextlib
 import math
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -271,7 +272,7 @@ def torch_threads(n: int):
 def onehot_codes(X, domain: list[int], device: str = "cpu") -> torch.Tensor:
     """(n, sum(domain)) float32 one-hot blocks of the integer codes X (n, k), one block of width domain[j] per
     column (two-level columns too), in column order."""
-    X = torch.as_tensor(X, dtype=torch.long, device=device)
+    X = torch.tensor(np.asarray(X), dtype=torch.long, device=device)
     offsets = torch.as_tensor([0, *list(torch.tensor(domain).cumsum(0)[:-1].tolist())], device=device)
     out = torch.zeros(X.shape[0], int(sum(domain)), device=device)
     out.scatter_(1, X + offsets, 1.0)
