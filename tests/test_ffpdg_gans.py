@@ -193,3 +193,16 @@ def test_dpwgan_run_is_eps_delta_dp(tmp_path):
     assert record["guarantee"] == "(eps,delta)-DP"
     assert 0 < record["privacy"]["eps_spent"] < 1 and record["privacy"]["delta_spent"] == 1e-5
     assert [e["mechanism"] for e in record["privacy"]["ledger"]] == ["subsampled_gaussian"]
+
+
+def test_pipeline_cell_refuses_runs_failing_a_premise():
+    import pandas as pd
+
+    from privfair_cli import reproduce
+
+    runs = pd.DataFrame({"cfg.algo.preprocessor": ["none"] * 4, "cfg.algo.generator": ["pategan"] * 2 + ["dpwgan"] * 2,
+                         "aucroc": [0.5, 0.6, 0.7, 0.8], "pategan_labels": [0.0, 64.0, np.nan, np.nan]})
+    cell = reproduce.pipeline(lambda _: runs, "none+pategan", "aucroc", premises=("pategan_labels",))
+    assert cell.n == 1 and cell.mean == 0.6
+    assert reproduce.pipeline(lambda _: runs, "none+dpwgan", "aucroc", premises=("pategan_labels",)).n == 2
+    assert reproduce.pipeline(lambda _: runs.iloc[:1], "none+pategan", "aucroc", premises=("pategan_labels",)).n == 0
