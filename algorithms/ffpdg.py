@@ -1,11 +1,12 @@
 """FFPDG: fast, fair and private data generation (ffpdg.md; seed 004, Weijie Xu), the composable two-stage
 pipeline: a fairness pre-processor (`algorithms/preprocess.py`: `fairmaxent`, `reweighing`, `dir`, `none`) and a
-private generator (`algorithms/ron_gauss.py`: `ron_gauss`, or `none` for the processed data itself), chosen
+private generator (`algorithms/ron_gauss.py`: `ron_gauss`; `algorithms/dpwgan.py`: `dpwgan`; `algorithms/pategan.py`:
+`pategan`; or `none` for the processed data itself), chosen
 independently (`algo.preprocessor`, `algo.generator`), run in `order: fair_first` (pre-process, then generate;
 the FFPDG default) or `fair_last` (the pre-processor applied to the generator's output, §0). `algo=ffpdg` is the
 seed's combination (Algorithm 1: FairMaxEnt, then RON-Gauss); `algo=ron_gauss` is the stand-alone generator (§3).
-The 4 x 2 grid of Tables 4-5 (without the GAN columns) is one multirun:
-`privfair run -m algo=ffpdg algo.preprocessor=none,reweighing,dir,fairmaxent algo.generator=none,ron_gauss`.
+The 4 x 4 grid of Tables 4-5 is one multirun: `privfair run -m algo=ffpdg delta=1e-5
+algo.preprocessor=none,reweighing,dir,fairmaxent algo.generator=none,ron_gauss,dpwgan,pategan`.
 
 Steps (§1) on the card's discrete view (Adult and COMPAS in the small domains of §6: `data=adult_ffpdg`,
 `data=compas_ffpdg`): 1-3 the FairMaxEnt domain is the card's discrete view, whose records are their own keys;
@@ -22,7 +23,11 @@ class counts and the binary thresholds are raw, the seed's covariance sensitivit
 `heuristic` and the run warns why. The rigorous variant claims `eps-DP`: generator `ron_gauss` on the raw rows
 (`order: fair_last`, or `preprocessor: none`) with `class_counts: noisy`, `binary_decoding: onehot` and
 `cov_sensitivity: safe`; the pre-processor then only post-processes the release. Generator `none` releases the
-(processed) real rows: `none`.
+(processed) real rows: `none`. The GAN generators spend (eps, delta) (the run's delta must be > 0): `dpwgan` the
+RDP accountant's eps of its subsampled-Gaussian critic steps, `pategan` the moments accountant's eps_hat; on the raw
+rows (`fair_last` or `preprocessor: none`) they claim (eps,delta)-DP, except PATE-GAN with the paper's
+data-dependent moments (`pategan_bound: data_dependent`, the default), which claims `heuristic` and warns. The GANs
+decode by argmax over one-hot blocks, so no raw statistic enters their release.
 
 Deviations and choices (ffpdg.md IDs):
 - §1 steps 1/3: the original format is the card's small-domain view (age decade and education years as
@@ -41,7 +46,9 @@ Deviations and choices (ffpdg.md IDs):
 - F15: DIR repairs the attributes, never the label or the protected attribute (on codes; see preprocess.py).
 - §7: the classifiers are fitted on the release's distinct rows weighted by their counts (`compress_rows`, the
   same fit for a small domain; RandomForest's bootstrap and the MLP's minibatches then run over distinct rows).
-- DP-WGAN / PATE-GAN (§5) and CTGAN / CopulaGAN are not implemented here (no generator of that name).
+- §5 DP-WGAN / PATE-GAN: their own modules list their choices (per-example clipping, the precomputed number of
+  critic steps; PATE-GAN's accountant and what happens at the spec's lambda = 1). CTGAN / CopulaGAN are not
+  implemented (no generator of that name).
 """
 
 from __future__ import annotations
@@ -56,11 +63,12 @@ import numpy as np
 import pandas as pd
 
 from privfair_cli import downstream, metrics
-from privfair_cli.algorithms import preprocess, ron_gauss
+from privfair_cli.algorithms import dpwgan, pategan, preprocess, ron_gauss
 from privfair_cli.errors import ConfigError, DataError
 from privfair_cli.registry import Plugin, option, register
 from privfair_cli.typed import bounds
 
+GANS = ("dpwgan", "pategan")
 Panel = Literal["lr", "rf", "mlp", "gnb", "gb", "bnb", "dt", "lda"]
 
 
@@ -69,7 +77,7 @@ class FFPDGConfig:
     """`ffpdg` / `ron_gauss` (defaults: configs/algo/ffpdg.yaml, ron_gauss.yaml)."""
 
     preprocessor: Literal["none", "reweighing", "dir", "fairmaxent"]
-    generator: Literal["none", "ron_gauss"]
+    generator: Literal["none", "ron_gauss", "dpwgan", "pategan"]
     order: Literal["fair_first", "fair_last"]
     smoothing: float = field(metadata=bounds(ge=0, le=1))
     target: Literal["weighted", "data", "balanced"]
@@ -85,6 +93,25 @@ class FFPDGConfig:
     classifiers: list[Panel] | Panel
     compress_rows: bool
     lrd_folds: int = field(metadata=bounds(ge=2))
+    gan_noise_dim: int = field(metadata=bounds(ge=1))
+    gan_hidden: int = field(metadata=bounds(ge=1))
+    gan_batch: int = field(metadata=bounds(ge=1))
+    gan_lr: float = field(metadata=bounds(gt=0))
+    dpwgan_layers: int = field(metadata=bounds(ge=1))
+    dpwgan_sigma: float = field(metadata=bounds(gt=0))
+    dpwgan_clip: float = field(metadata=bounds(gt=0))
+    dpwgan_weight_clip: float = field(metadata=bounds(gt=0))
+    dpwgan_critic_steps: int = field(metadata=bounds(ge=1))
+    dpwgan_epochs: int = field(metadata=bounds(ge=1))
+    dpwgan_max_steps: int | None = field(metadata=bounds(ge=1))
+    pategan_teachers: int = field(metadata=bounds(ge=2))
+    pategan_teacher_hidden: int = field(metadata=bounds(ge=0))
+    pategan_teacher_iters: int = field(metadata=bounds(ge=1))
+    pategan_student_iters: int = field(metadata=bounds(ge=1))
+    pategan_lambda: float = field(metadata=bounds(gt=0))
+    pategan_moments: int = field(metadata=bounds(ge=1))
+    pategan_bound: Literal["data_dependent", "data_independent"]
+    pategan_max_rounds: int | None = field(metadata=bounds(ge=1))
 
 
 def protected_column(data, columns: list[str], name: str) -> int:
@@ -129,6 +156,9 @@ class FFPDG(Plugin):
         if cfg.generator == "none":
             return "none"
         raw_input = cfg.order == "fair_last" or cfg.preprocessor == "none"
+        if cfg.generator in GANS:  # (eps, delta): the runner reports "(eps,delta)-DP" for delta > 0
+            rigorous = raw_input and (cfg.generator == "dpwgan" or cfg.pategan_bound == "data_independent")
+            return "eps-DP" if rigorous else "heuristic"
         rigorous = (raw_input and cfg.class_counts == "noisy" and cfg.binary_decoding == "onehot"
                     and cfg.cov_sensitivity == "safe")
         return "eps-DP" if rigorous else "heuristic"
@@ -138,6 +168,11 @@ class FFPDG(Plugin):
         if cfg.order == "fair_first" and cfg.preprocessor != "none":
             out.append(f"{cfg.preprocessor} reads the raw rows before the private generator (one row can change "
                        "many of its outputs)")
+        if cfg.generator in GANS:
+            if cfg.generator == "pategan" and cfg.pategan_bound == "data_dependent":
+                out.append("PATE-GAN's moments accountant is data-dependent (the teachers' vote gaps on the private "
+                           "rows set eps_hat and the stopping time; pategan_bound=data_independent avoids it)")
+            return out
         if cfg.class_counts == "exact":
             out.append("the class counts are exact (class_counts=noisy releases them)")
         if cfg.binary_decoding == "quantile":
@@ -192,6 +227,24 @@ class FFPDG(Plugin):
 
     def _generate(self, Z, budget, ledger, rng):
         cfg = self.cfg
+        if cfg.generator == "dpwgan":
+            s = dpwgan.Settings(cfg.gan_noise_dim, cfg.gan_hidden, cfg.dpwgan_layers, cfg.gan_batch, cfg.dpwgan_sigma,
+                                cfg.dpwgan_clip, cfg.dpwgan_weight_clip, cfg.gan_lr, cfg.dpwgan_critic_steps,
+                                cfg.dpwgan_epochs, cfg.dpwgan_max_steps)
+            return dpwgan.generate(Z, self.domain, len(Z), budget.eps, budget.delta, s, rng, ledger)
+        if cfg.generator == "pategan":
+            s = pategan.Settings(cfg.gan_noise_dim, cfg.gan_hidden, cfg.pategan_teacher_hidden, cfg.gan_batch,
+                                 cfg.pategan_teachers, cfg.pategan_teacher_iters, cfg.pategan_student_iters,
+                                 cfg.pategan_lambda, cfg.pategan_moments, cfg.pategan_bound, cfg.gan_lr,
+                                 cfg.pategan_max_rounds)
+            out, labels = pategan.generate(Z, self.domain, len(Z), budget.eps, budget.delta, s, rng, ledger)
+            self.pategan_labels = labels
+            if not labels:
+                self.warn(f"PATE-GAN released no noisy label: eps={budget.eps:g} does not cover the first batch of "
+                          f"{cfg.gan_batch} under the moments accountant (lambda={cfg.pategan_lambda:g}, "
+                          f"{cfg.pategan_teachers} teachers, delta={budget.delta:g}); the release is the untrained "
+                          "generator's, nothing was spent")
+            return out
         settings = ron_gauss.Settings(cfg.p, cfg.eps_mu_share, cfg.cov_sensitivity, cfg.class_counts,
                                       cfg.count_share, cfg.binary_decoding, cfg.white_noise)
         return ron_gauss.generate(Z, self.domain, self.y_col, len(Z), budget.eps, settings, rng, ledger)
@@ -223,6 +276,8 @@ class FFPDG(Plugin):
             if len(np.unique(s_rel)) == 2 and y_rel.any():
                 out["statistical_rate"] = preprocess.statistical_rate(y_rel, s_rel)
                 out["representation_rate"] = preprocess.representation_rate(s_rel)
+        if hasattr(self, "pategan_labels"):
+            out["pategan_labels"] = float(self.pategan_labels)
         return out | {"runtime": self.fit_seconds, "n_synthetic": float(len(self.release))}
 
     def extra_metrics(self) -> dict[str, float]:

@@ -41,6 +41,7 @@ from __future__ import annotations
 import contextlib
 import math
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -265,3 +266,24 @@ def torch_threads(n: int):
         yield
     finally:
         torch.set_num_threads(before)
+
+
+# -- tabular codes <-> one-hot blocks (added for the private GAN baselines; any tabular GAN can use them) --------
+def onehot_codes(X, domain: list[int], device: str = "cpu") -> torch.Tensor:
+    """(n, sum(domain)) float32 one-hot blocks of the integer codes X (n, k), one block of width domain[j] per
+    column (two-level columns too), in column order."""
+    X = torch.tensor(np.asarray(X), dtype=torch.long, device=device)
+    offsets = torch.as_tensor([0, *list(torch.tensor(domain).cumsum(0)[:-1].tolist())], device=device)
+    out = torch.zeros(X.shape[0], int(sum(domain)), device=device)
+    out.scatter_(1, X + offsets, 1.0)
+    return out
+
+
+def block_softmax(logits: torch.Tensor, domain: list[int]) -> torch.Tensor:
+    """Softmax within each one-hot block of the last axis (widths `domain`)."""
+    return torch.cat([torch.softmax(part, -1) for part in torch.split(logits, list(domain), -1)], -1)
+
+
+def decode_blocks(values: torch.Tensor, domain: list[int]) -> torch.Tensor:
+    """Integer codes (..., k): the argmax of each block of the last axis (widths `domain`)."""
+    return torch.stack([part.argmax(-1) for part in torch.split(values, list(domain), -1)], -1)

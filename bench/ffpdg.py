@@ -5,6 +5,12 @@ Prints the median release time over 5 repetitions, its parts (FairMaxEnt fit and
 ratio to a baseline measured in this process: one pass of the exact (non-private) second-moment matrix X^T X
 of the encoded table, the least work any Gaussian generator does. Target (issue 17): under 1 s (the seed reports
 1 s on an AWS ml.p2.16xlarge).
+
+Then the GAN generators per epoch on the same rows (one run each, single-threaded torch), as a ratio to the ffpdg
+release above: DP-WGAN one epoch = round(n / 64) critic steps (Poisson batches, per-example clipping, noise) with
+their generator steps; PATE-GAN one teacher epoch = the rounds in which each teacher sees its part once
+(ceil(n / 10 / (64 * 5)) rounds), at lambda = 0.001 so that labels are released (at the spec's lambda = 1 the
+accountant stops it before the first label).
 """
 
 from __future__ import annotations
@@ -18,7 +24,7 @@ from omegaconf import OmegaConf
 
 from privfair_cli import datasets as data_lib
 from privfair_cli import registry
-from privfair_cli.algorithms import preprocess, ron_gauss
+from privfair_cli.algorithms import dpwgan, pategan, preprocess, ron_gauss
 from privfair_cli.privacy import Budget, PrivacyLedger
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs" / "data"
@@ -65,6 +71,26 @@ def main() -> None:
           f"{'met' if release < 1 else 'NOT met'}")
     print(f"  evaluation apart: {evaluation:.2f} s (8 classifiers + LRD; aucroc={metrics['aucroc']:.3f}, "
           f"lrd={metrics['lrd']:.3f})")
+    gans(X, domain, release)
+
+
+def gans(X: np.ndarray, domain: list[int], release: float) -> None:
+    n = len(X)
+    steps = max(1, round(n / 64))
+    budget = Budget(1.0, 1e-5)
+    t0 = time.perf_counter()
+    dpwgan.generate(X, domain, n, 1.0, 1e-5, dpwgan.Settings(max_steps=steps), np.random.default_rng(0),
+                    PrivacyLedger(budget))
+    wgan = time.perf_counter() - t0
+    rounds = -(-(n // 10) // (64 * 5))
+    t0 = time.perf_counter()
+    _, labels = pategan.generate(X, domain, n, 1.0, 1e-5, pategan.Settings(lam=0.001, max_rounds=rounds),
+                                 np.random.default_rng(0), PrivacyLedger(budget))
+    pate = time.perf_counter() - t0
+    print(f"  DP-WGAN: {wgan:.2f} s per epoch ({steps} critic steps, {wgan / steps * 1e3:.1f} ms per step, "
+          f"{steps // 5} generator steps), {wgan / release:.0f}x the ffpdg release")
+    print(f"  PATE-GAN: {pate:.2f} s per teacher epoch ({rounds} rounds, {labels} noisy labels), "
+          f"{pate / release:.0f}x the ffpdg release")
 
 
 if __name__ == "__main__":

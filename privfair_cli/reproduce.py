@@ -188,17 +188,22 @@ def ratio(pick, algorithm: str, key: str, denominator: str, scale: float = 100.0
 
 
 def pipeline(pick, algorithm: str, key: str, plugin: str = "ffpdg",
-             combined: tuple[str, str] = ("fairmaxent", "ron_gauss")) -> Cell:
+             combined: tuple[str, str] = ("fairmaxent", "ron_gauss"), premises: tuple[str, ...] = ()) -> Cell:
     """A cell of a composable pipeline (ffpdg.md §0): the published `<pre>+<gen>` (or `plugin`'s own name, the
     `combined` pair) selects the runs of `plugin` whose `algo.preprocessor` and `algo.generator` are pre and gen
     (the experiment's `settings` must name both paths, so the run table carries them). A published name that is
-    no such pair (e.g. `ctgan`) has no runs."""
+    no such pair (e.g. `ctgan`) has no runs. `premises`: metrics that must be > 0 where a run reports them (e.g.
+    `pategan_labels`: a PATE-GAN run that released no label scores its untrained generator); runs failing one are
+    left out, so a cell none of whose runs holds is not run (with the experiment's reason)."""
     parts = combined if algorithm == plugin else tuple(algorithm.split("+", 1))
     sel = pick(plugin)
     if len(parts) != 2:
         parts, sel = ("", ""), sel.iloc[0:0]
     for col, want in zip(("cfg.algo.preprocessor", "cfg.algo.generator"), parts, strict=True):
         sel = sel[sel[col] == want] if col in sel else sel.iloc[0:0]
+    for premise in premises:
+        if premise in sel:
+            sel = sel[sel[premise].isna() | (sel[premise] > 0)]
     return mean_of_runs(lambda _: sel, plugin, key)
 
 
