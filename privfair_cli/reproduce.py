@@ -310,9 +310,11 @@ def collect_runs(run_dirs: list[Path], spec: dict) -> pd.DataFrame:
     runs = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
     if runs.empty:
         return runs
-    for path in (spec.get("settings") or {}).values():
-        runs["cfg." + path] = [OmegaConf.select(OmegaConf.load(Path(d) / "config.yaml"), path)
-                               for d in runs["run_dir"]]
+    paths = list((spec.get("settings") or {}).values())
+    if paths:  # each run's config.yaml read once (OmegaConf.load is the slow part of collecting a large sweep)
+        cfgs = {d: OmegaConf.load(Path(d) / "config.yaml") for d in dict.fromkeys(runs["run_dir"])}
+        for path in paths:
+            runs["cfg." + path] = [OmegaConf.select(cfgs[d], path) for d in runs["run_dir"]]
     return runs
 
 
