@@ -74,6 +74,7 @@ from privfair_cli import evaluate as evaluators
 from privfair_cli import metrics, plots
 from privfair_cli.algorithms.dpsgd_accounting import NoisePlan, charge, epsilon_after, plan_noise
 from privfair_cli.algorithms.dpsgd_trainer import (
+    BINARY_MODELS,
     CNN_INPUT,
     PerExampleGradients,  # noqa: F401  (bench/dpsgd.py reaches the engine through this module)
     TrainConfig,
@@ -91,6 +92,7 @@ from privfair_cli.typed import bounds
 SPEC_DEFAULTS = {  # spec §3, by model: what `auto` means
     "cnn": {"C": 1.0, "sigma": 0.8, "epochs": 60, "lr": 0.01, "l2": 0.0},
     "logistic": {"C": 0.5, "sigma": 1.0, "epochs": 20, "lr": "inv_sqrt_T", "l2": 0.01},
+    "fasttext": {"C": 1.0, "sigma": 1.0, "epochs": 100, "lr": 0.6, "l2": 0.0},  # early_stopping.md §1.5 (IMDB)
 }
 MNIST_NORMALISATION = (0.1307, 0.3081)  # spec C9: mean and std of MNIST's training pixels
 EQUAL_COST_TAU = 0.05  # §5: "equal costs of privacy" when the utility-loss gap is at most tau
@@ -103,7 +105,7 @@ class XuSGDConfig:
     """Hyperparameters of the DP-SGD family; defaults with a comment per key in configs/algo/dpsgd.yaml.
     `lt=inf` refuses inf: a clipping bound, noise multiplier or step size must be a finite number."""
 
-    model: Literal["auto", "cnn", "logistic"]
+    model: Literal["auto", "cnn", "logistic", "fasttext"]
     batch_size: int = field(metadata=bounds(ge=1))
     epochs: int | Literal["auto"] = field(metadata=bounds(ge=1))
     lr: float | Literal["auto", "inv_sqrt_T"] = field(metadata=bounds(gt=0, lt=math.inf))
@@ -135,12 +137,19 @@ def model_for(model: str, data) -> str:
     """The model a run trains. `auto`: spec §3's CNN for a table of 28x28 grey images (CNN_FEATURES columns)
     without a sensitive column (MNIST: the groups are the classes); logistic regression, the thesis' census
     model, otherwise. Refuses a CNN on other shapes and logistic regression on a label that is not 0/1."""
+    if model == "auto" and "bag_width" in data.meta:
+        model = "fasttext"  # a card of token bags (imdb): early_stopping.md's text model
     if model == "auto":
         model = "cnn" if data.d == CNN_FEATURES and data.s is None else "logistic"
+    if model == "fasttext" and "bag_width" not in data.meta:
+        raise ConfigError(f"algo.model=fasttext reads bags of tokens (a card with the `tokens` view, e.g. imdb); "
+                          f"data={data.name} has none")
+    if model != "fasttext" and "bag_width" in data.meta:
+        raise ConfigError(f"data={data.name} holds bags of tokens; allowed: algo.model=fasttext (or auto)")
     if model == "cnn" and data.d != CNN_FEATURES:
         raise ConfigError(f"algo.model=cnn reads 28x28 images ({CNN_FEATURES} features); data={data.name} has {data.d}")
-    if model == "logistic" and not np.isin(data.y, (0, 1)).all():
-        raise ConfigError(f"algo.model=logistic needs a 0/1 label; data={data.name} has other values")
+    if model in BINARY_MODELS and not np.isin(data.y, (0, 1)).all():
+        raise ConfigError(f"algo.model={model} needs a 0/1 label; data={data.name} has other values")
     return model
 
 
@@ -154,13 +163,14 @@ def train_config(cfg: XuSGDConfig, algorithm: str, model_kind: str, n: int, grou
     lr = cfg.spec("lr", model_kind)
     lr = 1 / math.sqrt(steps) if lr == "inv_sqrt_T" else float(lr)
     logistic = model_kind == "logistic"
+    binary = model_kind in BINARY_MODELS
     return TrainConfig(
         algorithm=algorithm, steps=steps, epochs=epochs, batch_size=b, lr=lr, C=float(cfg.spec("C", model_kind)),
         sigma=0.0, sigma1=0.0, l2=float(cfg.spec("l2", model_kind)), l2_mode=cfg.l2_mode,
         batch_sampling=cfg.batch_sampling, groups=groups, empty_group_fraction=cfg.empty_group_fraction,
         denominator=cfg.denominator,
         group_mean_grad=logistic if cfg.group_mean_grad == "auto" else cfg.group_mean_grad,
-        keep_weights=logistic if cfg.history == "auto" else cfg.history)
+        keep_weights=binary if cfg.history == "auto" else cfg.history)
 
 
 # --------------------------------------------------------------------------------------------- groups and metrics
@@ -256,7 +266,7 @@ class XuSGD(Plugin):
     trained model (and the sgd reference), evaluation beyond the classifier default, history and diagnostics."""
 
     kind = "classifier"
-    needs = ("label", "features")
+    needs = ("label", "features|tokens")
     cuda = True
     needs_delta = True
     accountant = "rdp"
@@ -272,7 +282,11 @@ class XuSGD(Plugin):
     def fit(self, data, budget, ledger, rng, device="cpu"):
         self.device = device
         self.model_kind = model_for(self.cfg.model, data)
-        self.binary = self.model_kind == "logistic"
+        self.binary = self.model_kind in BINARY_MODELS
+        self.vocabulary_from_data = data.meta.get("vocabulary_from") == "train"
+        if self.vocabulary_from_data:
+            self.warn("the fasttext vocabulary is read off the training texts (the card's `vocabulary_from`): the "
+                      "released embedding rows are outside the DP guarantee (claims: heuristic)")
         self.groups = Groups.of(data, self.cfg.group)
         data, validation = self._hold_out(data, rng)
         reference_rng = copy.deepcopy(rng)  # before any draw: the `sgd` run of this seed sees this very state
@@ -296,7 +310,9 @@ class XuSGD(Plugin):
     def claims(self) -> str:
         """(eps, delta)-DP, or none for the noise-free limit (eps = inf, sigma = 0)."""
         noise_free = getattr(self, "plan", None) is not None and self.plan.sigma == 0
-        return "none" if noise_free else super().claims()
+        if noise_free:
+            return "none"
+        return "heuristic" if getattr(self, "vocabulary_from_data", False) else super().claims()
 
     def _hold_out(self, data, rng):
         """`validation_size` > 0: a seeded share of the training rows held out for the per-epoch history."""
@@ -332,7 +348,7 @@ class XuSGD(Plugin):
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
             classes = 2 if self.binary else int(data.meta.get("classes", self.groups.K))
-            model = build_model(self.model_kind, data.d, classes).to(self.device)
+            model = build_model(self.model_kind, data.d, classes, data.meta).to(self.device)
         threads = torch.get_num_threads()
         if self.device == "cpu" and self.model_kind == "logistic":
             torch.set_num_threads(1)  # tiny ops: thread hand-offs cost ten times the arithmetic
@@ -361,7 +377,7 @@ class XuSGD(Plugin):
 
     def predict_proba(self, X):
         scores = predict_scores(self.model, self._inputs(X))
-        if self.model_kind == "logistic":
+        if self.model_kind in BINARY_MODELS:
             return torch.sigmoid(scores[:, 0]).cpu().numpy()
         return torch.softmax(scores, 1).cpu().numpy()
 

@@ -164,13 +164,20 @@ class EarlyStoppingConfig(XuSGDConfig):
     fa_window: Literal["online", "lookahead"]
     return_previous: bool
     eodds_agg: Literal["mean", "max", "sum"]
+    noise_std: float | None = field(metadata=bounds(gt=0, lt=float("inf")))
+
+    def spec(self, key: str, model_kind: str):
+        """As `XuSGDConfig.spec`; with `noise_std` set, sigma = noise_std / C (Fig. 6.6 fixes sigma * C)."""
+        if key == "sigma" and self.noise_std is not None:
+            return self.noise_std / float(super().spec("C", model_kind))
+        return super().spec(key, model_kind)
 
 
 class DPSGDEarlyStopping(XuSGD):
     """`dpsgd` with the per-epoch history and the four stopping rules applied to it (see the module docstring)."""
 
     Config = EarlyStoppingConfig
-    needs = ("label", "binary_label", "features", "sensitive")
+    needs = ("label", "binary_label", "features|tokens", "sensitive")
 
     def fit(self, data, budget, ledger, rng, device="cpu"):
         if self.cfg.validation_size == 0:
@@ -181,8 +188,8 @@ class DPSGDEarlyStopping(XuSGD):
         window_of(int(self.cfg.spec("epochs", "logistic")), self.cfg.n_start, self.cfg.window)  # before any step
         super().fit(data, budget, ledger, rng, device)
         if "validation" not in self.history.sets or "dp_gap" not in self.history.sets["validation"]:
-            raise ConfigError(f"dpsgd_es needs logistic regression on a card with a binary sensitive attribute; "
-                              f"data={data.name} gives no validation fairness history")
+            raise ConfigError(f"dpsgd_es needs logistic regression or fasttext on a card with a binary sensitive "
+                              f"attribute; data={data.name} gives no validation fairness history")
         return self
 
     def params(self, beta1: float | None = None) -> RuleParams:
