@@ -21,7 +21,8 @@ subsampled Gaussian at the same rate.
 
 Per-epoch history (`EpochHistory`, what early-stopping rules read): for every epoch the steps taken, the eps spent
 by the weights of that epoch (accountant at that step count), and, when `history` keeps the per-epoch weights
-(auto: logistic regression), accuracy, per-group accuracy and, for a binary label and sensitive attribute, the
+(auto: logistic regression and fasttext, whose history keeps a compact per-epoch summary), accuracy, per-group
+accuracy and, for a binary label and sensitive attribute, the
 fairness gaps of `metrics.classification` (risk difference, TPR / FPR / FDR differences) on the held-out
 validation rows (`validation_size` > 0; their metrics are not covered by the DP guarantee) and on the test set.
 Written to `history.csv` beside `curves.csv`.
@@ -48,6 +49,10 @@ Deviations and choices (spec §7):
 - Table 9.3's "average gradient norm" fits the norm of the group's mean gradient over the epoch, not spec §5's
   mean per-example norm; both are logged (`mean_grad_norm`, with `group_mean_grad: auto` = logistic only, and
   `avg_grad_norm`), the comparison uses the former.
+- `model: fasttext` (early_stopping.md §1.5, ambiguity 15; `auto` on a card of token bags such as imdb) trains the
+  FastText text classifier on this trainer (`dpsgd_trainer.MeanBag`); its `auto` values are the thesis' IMDB
+  DP-SGD column (C 1, sigma 1, 100 epochs, lr 0.6, no weight decay). Its vocabulary, read off the training texts
+  by the card, is outside the DP guarantee: `claims()` is then `heuristic`.
 - Model hyperparameters `auto` take the spec's §3 value for the model (CNN: C=1, sigma=0.8, 60 epochs,
   r=0.01; logistic: C=0.5, sigma=1, 20 epochs, r=1/sqrt(T), l2=0.01). `model: auto` is the CNN for tables of
   28x28 grey images without a sensitive column (MNIST; groups are the classes), logistic regression otherwise.

@@ -423,9 +423,13 @@ def _update(params, summed, C: float, cfg: TrainConfig, gen: torch.Generator) ->
     decay = cfg.l2 if cfg.l2_mode == "after_noise" else 0.0
     with torch.no_grad():
         for p, s in zip(params, summed, strict=True):
+            # in place on one fresh tensor, the same operations in the same order as
+            # p -= lr * (s + noise * sigma C) / b (bit for bit): one buffer instead of four on the 2.5M FastText weights
+            step = torch.randn(p.shape, generator=gen, device=p.device, dtype=p.dtype).mul_(cfg.sigma * C).add_(s) \
+                if cfg.private else s * cfg.lr
             if cfg.private:
-                s = s + torch.randn(p.shape, generator=gen, device=p.device, dtype=p.dtype) * (cfg.sigma * C)
-            p -= cfg.lr * s / cfg.batch_size
+                step.mul_(cfg.lr)
+            p.sub_(step.div_(cfg.batch_size))
             if decay and p.dim() > 1:
                 p -= cfg.lr * decay * p
 

@@ -38,7 +38,25 @@ Deviations and choices (spec IDs):
 - §1.6 Bank: the card `bank_es` reads bank-full.csv (45,211 rows, the UCI file this project has) with the sensitive
   attribute split at age 38 (the spec's median recommendation), 30,000 random rows, not a balanced
   15,000-per-group sample of bank-additional-full. Health is a substitute (Diabetes 130-US, card `health_es`).
-- IMDB (FastText, TwitterAAE dialect) and UTK Face (ResNet18) are not implemented: their table cells are `not_run`.
+- IMDB (§1.5, §6, ambiguity 15): `model: fasttext` (the default `auto` picks it on a card of token bags) is the
+  tutorial FastText of the spec, mean-pooled 100-d embeddings over the 25,000 most frequent unigrams + bigrams and
+  one logit (2,500,301 parameters), on the shared trainer: the embedding is a `MeanBag` layer whose per-example
+  gradient norms are the spec's §9 closed form, ||g_i||^2 (sum_t w_it^2) for the embedding (g_i = dL/dh_i), and
+  whose clipped sum is one index_add over the batch's token slots (no loop over examples). Choices:
+  GloVe-100 is not available, so the embedding is trained from scratch (N(0, 1) init, `<unk>` / `<pad>` rows zero as
+  the tutorial does; every IMDB cell is `substitute`); the mean runs over the text's own tokens (the tutorial's
+  average pooling also counts the batch's padding); tokens come from one regular expression (spaCy and
+  twokenize are not here, datasets/imdb.py); the vocabulary is read off the training reviews as in the thesis, so
+  the released embedding rows are outside the DP guarantee and `claims()` says `heuristic` on such a card; the
+  per-epoch history keeps u = E v and the bias (what the logit of any bag needs) instead of 100 x 2.5M weights.
+- IMDB data (§6, ambiguity 16): card `imdb`, the seeded 10k train / 5k test subset with the original split (the
+  plugin holds 25% of the training reviews out for validation: 7,497 / 2,499 / 4,990, not 60 / 20 / 20 of 50,000);
+  dialect from the TwitterAAE posterior, "other" when 1 - p_White > p_White (`dialect_rule: non_sae`; option
+  `aa_vs_white`); `n_per_group` 12,500 capped per group by its smaller label cell: only 61 of the 15,000 reviews
+  are "other", so the groups are 9,960 / 36 (train) and 4,972 / 18 (test) and every IMDB gap is measured on a
+  handful of reviews.
+- Fig. 6.6 (sigma * C = 1 while C varies): `noise_std` fixes sigma * C (sigma = noise_std / C); unset by default.
+- UTK Face (ResNet18) is not implemented: its table cells are `not_run`.
 - Finding, not a choice: at the thesis' LR hyperparameters on this project's [0, 1]-scaled features every
   per-example gradient is clipped and DP-SGD trains to the constant majority classifier on Bank and Health (all
   gaps 0), so the stop epochs there are set by the window alone (docs/families/early-stopping.md).
