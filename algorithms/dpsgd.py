@@ -21,7 +21,8 @@ subsampled Gaussian at the same rate.
 
 Per-epoch history (`EpochHistory`, what early-stopping rules read): for every epoch the steps taken, the eps spent
 by the weights of that epoch (accountant at that step count), and, when `history` keeps the per-epoch weights
-(auto: logistic regression), accuracy, per-group accuracy and, for a binary label and sensitive attribute, the
+(auto: logistic regression and fasttext, whose history keeps a compact per-epoch summary), accuracy, per-group
+accuracy and, for a binary label and sensitive attribute, the
 fairness gaps of `metrics.classification` (risk difference, TPR / FPR / FDR differences) on the held-out
 validation rows (`validation_size` > 0; their metrics are not covered by the DP guarantee) and on the test set.
 Written to `history.csv` beside `curves.csv`.
@@ -48,6 +49,10 @@ Deviations and choices (spec §7):
 - Table 9.3's "average gradient norm" fits the norm of the group's mean gradient over the epoch, not spec §5's
   mean per-example norm; both are logged (`mean_grad_norm`, with `group_mean_grad: auto` = logistic only, and
   `avg_grad_norm`), the comparison uses the former.
+- `model: fasttext` (early_stopping.md §1.5, ambiguity 15; `auto` on a card of token bags such as imdb) trains the
+  FastText text classifier on this trainer (`dpsgd_trainer.MeanBag`); its `auto` values are the thesis' IMDB
+  DP-SGD column (C 1, sigma 1, 100 epochs, lr 0.6, no weight decay). Its vocabulary, read off the training texts
+  by the card, is outside the DP guarantee: `claims()` is then `heuristic`.
 - Model hyperparameters `auto` take the spec's §3 value for the model (CNN: C=1, sigma=0.8, 60 epochs,
   r=0.01; logistic: C=0.5, sigma=1, 20 epochs, r=1/sqrt(T), l2=0.01). `model: auto` is the CNN for tables of
   28x28 grey images without a sensitive column (MNIST; groups are the classes), logistic regression otherwise.
@@ -74,6 +79,7 @@ from privfair_cli import evaluate as evaluators
 from privfair_cli import metrics, plots
 from privfair_cli.algorithms.dpsgd_accounting import NoisePlan, charge, epsilon_after, plan_noise
 from privfair_cli.algorithms.dpsgd_trainer import (
+    BINARY_MODELS,
     CNN_INPUT,
     PerExampleGradients,  # noqa: F401  (bench/dpsgd.py reaches the engine through this module)
     TrainConfig,
@@ -91,6 +97,7 @@ from privfair_cli.typed import bounds
 SPEC_DEFAULTS = {  # spec §3, by model: what `auto` means
     "cnn": {"C": 1.0, "sigma": 0.8, "epochs": 60, "lr": 0.01, "l2": 0.0},
     "logistic": {"C": 0.5, "sigma": 1.0, "epochs": 20, "lr": "inv_sqrt_T", "l2": 0.01},
+    "fasttext": {"C": 1.0, "sigma": 1.0, "epochs": 100, "lr": 0.6, "l2": 0.0},  # early_stopping.md §1.5 (IMDB)
 }
 MNIST_NORMALISATION = (0.1307, 0.3081)  # spec C9: mean and std of MNIST's training pixels
 EQUAL_COST_TAU = 0.05  # §5: "equal costs of privacy" when the utility-loss gap is at most tau
@@ -103,7 +110,7 @@ class XuSGDConfig:
     """Hyperparameters of the DP-SGD family; defaults with a comment per key in configs/algo/dpsgd.yaml.
     `lt=inf` refuses inf: a clipping bound, noise multiplier or step size must be a finite number."""
 
-    model: Literal["auto", "cnn", "logistic"]
+    model: Literal["auto", "cnn", "logistic", "fasttext"]
     batch_size: int = field(metadata=bounds(ge=1))
     epochs: int | Literal["auto"] = field(metadata=bounds(ge=1))
     lr: float | Literal["auto", "inv_sqrt_T"] = field(metadata=bounds(gt=0, lt=math.inf))
@@ -135,12 +142,19 @@ def model_for(model: str, data) -> str:
     """The model a run trains. `auto`: spec §3's CNN for a table of 28x28 grey images (CNN_FEATURES columns)
     without a sensitive column (MNIST: the groups are the classes); logistic regression, the thesis' census
     model, otherwise. Refuses a CNN on other shapes and logistic regression on a label that is not 0/1."""
+    if model == "auto" and "bag_width" in data.meta:
+        model = "fasttext"  # a card of token bags (imdb): early_stopping.md's text model
     if model == "auto":
         model = "cnn" if data.d == CNN_FEATURES and data.s is None else "logistic"
+    if model == "fasttext" and "bag_width" not in data.meta:
+        raise ConfigError(f"algo.model=fasttext reads bags of tokens (a card with the `tokens` view, e.g. imdb); "
+                          f"data={data.name} has none")
+    if model != "fasttext" and "bag_width" in data.meta:
+        raise ConfigError(f"data={data.name} holds bags of tokens; allowed: algo.model=fasttext (or auto)")
     if model == "cnn" and data.d != CNN_FEATURES:
         raise ConfigError(f"algo.model=cnn reads 28x28 images ({CNN_FEATURES} features); data={data.name} has {data.d}")
-    if model == "logistic" and not np.isin(data.y, (0, 1)).all():
-        raise ConfigError(f"algo.model=logistic needs a 0/1 label; data={data.name} has other values")
+    if model in BINARY_MODELS and not np.isin(data.y, (0, 1)).all():
+        raise ConfigError(f"algo.model={model} needs a 0/1 label; data={data.name} has other values")
     return model
 
 
@@ -154,13 +168,14 @@ def train_config(cfg: XuSGDConfig, algorithm: str, model_kind: str, n: int, grou
     lr = cfg.spec("lr", model_kind)
     lr = 1 / math.sqrt(steps) if lr == "inv_sqrt_T" else float(lr)
     logistic = model_kind == "logistic"
+    binary = model_kind in BINARY_MODELS
     return TrainConfig(
         algorithm=algorithm, steps=steps, epochs=epochs, batch_size=b, lr=lr, C=float(cfg.spec("C", model_kind)),
         sigma=0.0, sigma1=0.0, l2=float(cfg.spec("l2", model_kind)), l2_mode=cfg.l2_mode,
         batch_sampling=cfg.batch_sampling, groups=groups, empty_group_fraction=cfg.empty_group_fraction,
         denominator=cfg.denominator,
         group_mean_grad=logistic if cfg.group_mean_grad == "auto" else cfg.group_mean_grad,
-        keep_weights=logistic if cfg.history == "auto" else cfg.history)
+        keep_weights=binary if cfg.history == "auto" else cfg.history)
 
 
 # --------------------------------------------------------------------------------------------- groups and metrics
@@ -256,7 +271,7 @@ class XuSGD(Plugin):
     trained model (and the sgd reference), evaluation beyond the classifier default, history and diagnostics."""
 
     kind = "classifier"
-    needs = ("label", "features")
+    needs = ("label", "features|tokens")
     cuda = True
     needs_delta = True
     accountant = "rdp"
@@ -272,7 +287,11 @@ class XuSGD(Plugin):
     def fit(self, data, budget, ledger, rng, device="cpu"):
         self.device = device
         self.model_kind = model_for(self.cfg.model, data)
-        self.binary = self.model_kind == "logistic"
+        self.binary = self.model_kind in BINARY_MODELS
+        self.vocabulary_from_data = data.meta.get("vocabulary_from") == "train"
+        if self.vocabulary_from_data:
+            self.warn("the fasttext vocabulary is read off the training texts (the card's `vocabulary_from`): the "
+                      "released embedding rows are outside the DP guarantee (claims: heuristic)")
         self.groups = Groups.of(data, self.cfg.group)
         data, validation = self._hold_out(data, rng)
         reference_rng = copy.deepcopy(rng)  # before any draw: the `sgd` run of this seed sees this very state
@@ -296,7 +315,9 @@ class XuSGD(Plugin):
     def claims(self) -> str:
         """(eps, delta)-DP, or none for the noise-free limit (eps = inf, sigma = 0)."""
         noise_free = getattr(self, "plan", None) is not None and self.plan.sigma == 0
-        return "none" if noise_free else super().claims()
+        if noise_free:
+            return "none"
+        return "heuristic" if getattr(self, "vocabulary_from_data", False) else super().claims()
 
     def _hold_out(self, data, rng):
         """`validation_size` > 0: a seeded share of the training rows held out for the per-epoch history."""
@@ -332,7 +353,7 @@ class XuSGD(Plugin):
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
             classes = 2 if self.binary else int(data.meta.get("classes", self.groups.K))
-            model = build_model(self.model_kind, data.d, classes).to(self.device)
+            model = build_model(self.model_kind, data.d, classes, data.meta).to(self.device)
         threads = torch.get_num_threads()
         if self.device == "cpu" and self.model_kind == "logistic":
             torch.set_num_threads(1)  # tiny ops: thread hand-offs cost ten times the arithmetic
@@ -361,7 +382,7 @@ class XuSGD(Plugin):
 
     def predict_proba(self, X):
         scores = predict_scores(self.model, self._inputs(X))
-        if self.model_kind == "logistic":
+        if self.model_kind in BINARY_MODELS:
             return torch.sigmoid(scores[:, 0]).cpu().numpy()
         return torch.softmax(scores, 1).cpu().numpy()
 

@@ -46,9 +46,64 @@ SEED_BITS = 62        # torch seeds drawn from the run's numpy stream (below 2**
 PREDICT_CHUNK = 4096  # rows per forward pass when predicting: bounded memory on MNIST-size sets
 
 
+BINARY_MODELS = ("logistic", "fasttext")  # one logit, BCE-with-logits loss, threshold 1/2
+FASTTEXT_DIM = 100    # early_stopping.md ambiguity 15: 100-d embeddings (GloVe-100's width)
+UNK, PAD = 0, 1       # vocabulary rows of the IMDB card (datasets/imdb.py): zero-initialised as in the tutorial
+
+
 # --------------------------------------------------------------------------------------------- models
-def build_model(kind: str, d: int, classes: int) -> nn.Sequential:
-    """`cnn`: the spec's 431,080-parameter MNIST CNN; `logistic`: Linear(d -> 1) + bias, zero-initialised (C8)."""
+class MeanBag(nn.Module):
+    """Mean-pooled embedding (FastText, early_stopping.md ambiguity 15) of a bag `x = [ids | weights]` of width
+    2 `width` (datasets/imdb.py: each text's distinct token ids and count / length weights, padded with weight 0):
+    h_i = sum_t w_it E[id_it], i.e. the mean of the text's token embeddings. A batch is cut to its widest bag."""
+
+    def __init__(self, vocab: int, dim: int, width: int):
+        super().__init__()
+        self.width = int(width)
+        self.weight = nn.Parameter(torch.randn(vocab, dim))
+        with torch.no_grad():
+            self.weight[[UNK, PAD]] = 0.0
+
+    def split(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        ids, w = x[:, :self.width], x[:, self.width:]
+        k = int((w > 0).sum(1).max()) if len(x) else 0
+        return ids[:, :k].long(), w[:, :k]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        ids, w = self.split(x)
+        return F.embedding_bag(ids, self.weight, per_sample_weights=w, mode="sum")
+
+
+class FastText(nn.Sequential):
+    """MeanBag -> Linear(dim -> 1). Its per-epoch summary is u = E v (one score per vocabulary row) and the bias:
+    the logit of a bag is sum_t w_t u[id_t] + b, so the history of 100 epochs keeps 100 x V numbers, not the
+    100 x V x dim embeddings."""
+
+    def compact(self) -> np.ndarray:
+        bag, out = self[0], self[1]
+        with torch.no_grad():
+            u = bag.weight @ out.weight[0]
+            return torch.cat([u, out.bias]).float().cpu().numpy()
+
+    def predict_compact(self, summary: np.ndarray, X: torch.Tensor) -> np.ndarray:
+        bag = self[0]
+        u = torch.as_tensor(summary, device=X.device)
+        out = []
+        for i in range(0, len(X), PREDICT_CHUNK):
+            ids, w = bag.split(X[i:i + PREDICT_CHUNK])
+            out.append(((u[:-1][ids] * w).sum(1) + u[-1] >= 0).long())
+        return torch.cat(out).cpu().numpy() if out else np.zeros(0, np.int64)
+
+
+def build_model(kind: str, d: int, classes: int, meta: dict | None = None) -> nn.Sequential:
+    """`cnn`: the spec's 431,080-parameter MNIST CNN; `logistic`: Linear(d -> 1) + bias, zero-initialised (C8);
+    `fasttext`: MeanBag(V x 100) -> Linear(100 -> 1), V from the card (`vocab_size`, `bag_width` in its meta)."""
+    if kind == "fasttext":
+        meta = meta or {}
+        if "vocab_size" not in meta or "bag_width" not in meta:
+            raise ConfigError("algo.model=fasttext reads bags of tokens (a card with the `tokens` view, e.g. imdb)")
+        return FastText(MeanBag(int(meta["vocab_size"]), FASTTEXT_DIM, int(meta["bag_width"])),
+                        nn.Linear(FASTTEXT_DIM, 1))
     if kind == "cnn":
         return nn.Sequential(
             nn.Unflatten(1, CNN_INPUT), nn.Conv2d(1, 20, 5), nn.ReLU(), nn.MaxPool2d(2),
@@ -59,11 +114,11 @@ def build_model(kind: str, d: int, classes: int) -> nn.Sequential:
         nn.init.zeros_(model[0].weight)
         nn.init.zeros_(model[0].bias)
         return model
-    raise ConfigError(f"algo.model={kind!r}; allowed: auto, cnn, logistic")
+    raise ConfigError(f"algo.model={kind!r}; allowed: auto, cnn, logistic, fasttext")
 
 
 def per_example_loss(model_kind: str, out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    if model_kind == "logistic":
+    if model_kind in BINARY_MODELS:
         return F.binary_cross_entropy_with_logits(out[:, 0], y.to(out.dtype), reduction="none")
     return F.cross_entropy(out, y, reduction="none")  # log-softmax + NLL
 
@@ -75,13 +130,17 @@ def predict_scores(model: nn.Module, X: torch.Tensor, chunk: int = PREDICT_CHUNK
 
 def labels(model_kind: str, scores: torch.Tensor) -> np.ndarray:
     """Predicted labels: logit >= 0 (probability >= 1/2) for logistic regression, the arg max otherwise."""
-    if model_kind == "logistic":
+    if model_kind in BINARY_MODELS:
         return (scores[:, 0] >= 0).long().cpu().numpy()
     return scores.argmax(1).cpu().numpy()
 
 
 def predictions_by_epoch(model: nn.Module, model_kind: str, weights: np.ndarray, X: torch.Tensor) -> np.ndarray:
-    """Predicted labels (epochs x rows) of the model with the parameters logged at the end of each epoch."""
+    """Predicted labels (epochs x rows) of the model with the parameters logged at the end of each epoch (a
+    model with a `compact` summary is evaluated from it)."""
+    if hasattr(model, "predict_compact"):
+        out = [model.predict_compact(w, X) for w in weights]
+        return np.stack(out) if out else np.zeros((0, len(X)), np.int64)
     probe = copy.deepcopy(model)
     out = []
     for w in weights:
@@ -98,11 +157,13 @@ class PerExampleGradients:
     def __init__(self, model: nn.Module, l2_in_loss: float = 0.0):
         self.model = model
         self.l2 = float(l2_in_loss)
-        self.layers = [m for m in model.modules() if isinstance(m, nn.Linear | nn.Conv2d)]
+        self.layers = [m for m in model.modules() if isinstance(m, nn.Linear | nn.Conv2d | MeanBag)]
         owned = sum(p.numel() for m in self.layers for p in m.parameters(recurse=False))
         if owned != sum(p.numel() for p in model.parameters()):
-            raise ConfigError("per-example gradients support models whose parameters are Linear/Conv2d only")
-        self.params = [p for m in self.layers for p in (m.weight, m.bias) if p is not None]
+            raise ConfigError("per-example gradients support models whose parameters are Linear/Conv2d/MeanBag only")
+        if self.l2 and any(isinstance(m, MeanBag) for m in self.layers):
+            raise ConfigError("algo.l2_mode=in_loss is not supported by the fasttext model; allowed: after_noise")
+        self.params = [p for m in self.layers for p in (m.weight, getattr(m, "bias", None)) if p is not None]
         self._records: list = []
         for m in self.layers:
             m.register_forward_hook(self._keep)
@@ -124,6 +185,9 @@ class PerExampleGradients:
 
     def _layer(self, m, a, g):
         w = m.weight
+        if isinstance(m, MeanBag):  # dL/dE[t] = sum over the text's slots of id t: w_t g_i (distinct ids per bag)
+            ids, wt = m.split(a)
+            return (g * g).sum(1) * (wt * wt).sum(1), ("bag", (ids, wt), g)
         if isinstance(m, nn.Linear):
             gg = (g * g).sum(1)
             norm2 = gg * (a * a).sum(1) + (gg if m.bias is not None else 0)
@@ -147,6 +211,11 @@ class PerExampleGradients:
             if kind == "linear":
                 gc = v * c[:, None]
                 gw, gb = gc.T @ u, gc.sum(0)
+            elif kind == "bag":
+                ids, wt = u
+                rows = (wt[:, :, None] * (v * c[:, None])[:, None, :]).reshape(-1, v.shape[1])
+                out.append(torch.zeros_like(m.weight).index_add_(0, ids.reshape(-1), rows))
+                continue
             else:
                 gw = torch.einsum("b,bod->od", c, u).view_as(m.weight)
                 gb = (v * c[:, None]).sum(0)
@@ -291,6 +360,7 @@ class TrainLog:
     clip_bound: np.ndarray | None = None     # DPSGD-F: epoch-average C^k
     mean_grad_norm: np.ndarray | None = None  # ||sum_i g_i|| / n_k over the group's examples of each epoch
     weights: np.ndarray | None = None        # (epochs, parameters): the flattened parameters at each epoch's end
+    #                                          (fasttext: its compact summary, FastText.compact)
 
     @property
     def steps(self) -> int:
@@ -333,7 +403,9 @@ class _EpochSums:
                 for v in self.gsum[k]:
                     v.zero_()
         if self.cfg.keep_weights:
-            self.weights.append(parameters_to_vector(self.engine.model.parameters()).detach().float().cpu().numpy())
+            model = self.engine.model
+            self.weights.append(model.compact() if hasattr(model, "compact") else
+                                parameters_to_vector(model.parameters()).detach().float().cpu().numpy())
 
     def log(self, epoch_steps: np.ndarray) -> TrainLog:
         E, K = self.cfg.epochs, self.cfg.groups
@@ -351,9 +423,13 @@ def _update(params, summed, C: float, cfg: TrainConfig, gen: torch.Generator) ->
     decay = cfg.l2 if cfg.l2_mode == "after_noise" else 0.0
     with torch.no_grad():
         for p, s in zip(params, summed, strict=True):
+            # in place on one fresh tensor, the same operations in the same order as
+            # p -= lr * (s + noise * sigma C) / b (bit for bit): one buffer instead of four on the 2.5M FastText weights
+            step = torch.randn(p.shape, generator=gen, device=p.device, dtype=p.dtype).mul_(cfg.sigma * C).add_(s) \
+                if cfg.private else s * cfg.lr
             if cfg.private:
-                s = s + torch.randn(p.shape, generator=gen, device=p.device, dtype=p.dtype) * (cfg.sigma * C)
-            p -= cfg.lr * s / cfg.batch_size
+                step.mul_(cfg.lr)
+            p.sub_(step.div_(cfg.batch_size))
             if decay and p.dim() > 1:
                 p -= cfg.lr * decay * p
 

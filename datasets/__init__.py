@@ -119,7 +119,9 @@ def resolve_files(card: dict) -> list[Path]:
     paths, missing = [], []
     for fname, spec in (card.get("files") or {}).items():
         spec = spec or {}
-        found = next((d / fname for d in dirs if (d / fname).is_file()), None)
+        own = dirs if not spec.get("subdir") else [  # a file of another folder (e.g. a model the loader applies)
+            d.parent / spec["subdir"] if d.name == subdir else d / spec["subdir"] for d in dirs]
+        found = next((d / fname for d in own if (d / fname).is_file()), None)
         if found is None and spec.get("url"):
             found = _download(spec["url"], user / fname, spec.get("sha256"))
         if found is None:

@@ -275,11 +275,12 @@ def run_curves(runs: pd.DataFrame, comparison, out_dir: Path, name: str, columns
 
 def epoch_history(runs: pd.DataFrame, comparison, out_dir: Path, name: str, columns: dict[str, str],
                   sets: tuple[str, ...] = ("test",), lr: dict | None = None, file: str = "curves.png",
-                  csv: str = "curves.csv") -> None:
+                  csv: str = "curves.csv", label_by: str = "sigma") -> None:
     """Per dataset (rows) and history column (panels), the per-epoch curves of the runs' `history.csv` (DP-SGD's
     per-epoch validation / test history), mean over seeds per algorithm (and noise multiplier) and watched set,
     with the curves also written to `csv`. `lr` ({algorithm: learning rate}) keeps only the runs of each
-    algorithm at its own rate (a sweep over `algo.lr`; needs `settings: {lr: algo.lr}`)."""
+    algorithm at its own rate (a sweep over `algo.lr`; needs `settings: {lr: algo.lr}`). `label_by`: the `algo` key
+    that tells the private runs apart in the legend (default sigma; e.g. C for a sweep at a fixed sigma * C)."""
     if runs.empty:
         return
     frames = []
@@ -290,8 +291,8 @@ def epoch_history(runs: pd.DataFrame, comparison, out_dir: Path, name: str, colu
         if path is None:
             continue
         df = pd.read_csv(path)
-        sigma = run.get("cfg.algo.sigma")
-        label = run["algo"] + ("" if run["algo"] == "sgd" or sigma is None else f" sigma={sigma}")
+        sigma = run.get(f"cfg.algo.{label_by}")
+        label = run["algo"] + ("" if run["algo"] == "sgd" or sigma is None else f" {label_by}={sigma}")
         for split in sets:
             cols = {f"{split}_{c}": c for c in columns if f"{split}_{c}" in df}
             part = df[["epoch", *cols]].rename(columns=cols)

@@ -40,6 +40,7 @@ VIEWS = {
     "enumerable": (f"a discrete view of at most {ENUMERABLE_CELLS:,} cells (FairMaxEnt, RON-Gauss)",
                    "`discrete`: `levels` or `bins` for every attribute, their product at most that"),
     "causal_graph": ("a causal graph over binary nodes", "`loader: causal_tables` with a `causal_graph:` block"),
+    "tokens": ("bags of token ids with mean-pooling weights (text)", "`loader: imdb`"),
 }
 # A plugin that declares no `needs` gets its kind's.
 KIND_NEEDS = {"classifier": ("label", "features"), "generator": ("discrete",),
