@@ -18,7 +18,9 @@ of the two statistics when both sides summarise `runs` runs); `deviates` otherwi
 paper publishes (`statistic`): for `mean` (the default) a cell is the mean and sample std of its runs and `c = 1`;
 for `median` it is the median and the robust spread `1.4826 MAD` (a consistent estimate of the std) and
 `c = sqrt(pi / 2)`, the asymptotic efficiency factor of the median's standard error; `substitute` where our
-dataset stands in for one that is not public; `not_run` where no run matched the cell.
+dataset stands in for one that is not public; `not_run` where no run matched the cell, or where some of its runs
+have no value for the metric (a solver that did not reach an optimal status reports NaN): such a cell is N/A with
+the number of failed runs and the statuses their warnings name, never a mean over the remaining runs.
 
 Keys of the `reproduce:` block (REQUIRED, then optional):
 - `published` (a CSV under results/published), `table` (one name or a list), `datasets` ({published: card, or a
@@ -151,9 +153,38 @@ class Cell:
     reason: str = ""
 
 
+STATUS = re.compile(r"status '([^']*)'|status \"([^\"]*)\"")  # a solver status quoted in a run's warning
+
+
+def run_statuses(sel: pd.DataFrame) -> str:
+    """The solver statuses the runs of `sel` name in their warnings (`status '...'`), with counts, e.g.
+    "status 'optimal_inaccurate' in 2 runs"; '' where none names one (or the runs have no folder)."""
+    found: dict[str, int] = {}
+    for run_dir in sel["run_dir"] if "run_dir" in sel else []:
+        rec, _ = results.read_record(Path(run_dir))
+        names = {m.group(1) or m.group(2) for w in (rec or {}).get("warnings", []) for m in STATUS.finditer(str(w))}
+        for name in names:
+            found[name] = found.get(name, 0) + 1
+    return "; ".join(f"status '{k}' in {v} run{'s' * (v > 1)}" for k, v in sorted(found.items()))
+
+
+def unfinished(sel: pd.DataFrame, key: str) -> Cell | None:
+    """A cell some of whose runs have no value for `key` (e.g. a solver that did not reach an optimal status
+    reports NaN): N/A, with how many runs failed and the statuses they report, never a number over the rest."""
+    if key not in sel or not sel[key].isna().any():
+        return None
+    failed, n = int(sel[key].isna().sum()), len(sel)
+    statuses = run_statuses(sel[sel[key].isna()])
+    return Cell(float("nan"), float("nan"), 0, reason=f"N/A: {failed} of {n} runs have no {key}"
+                + (f" ({statuses})" if statuses else "") + "; the cell is not averaged over the others")
+
+
 def mean_of_runs(pick, algorithm: str, key: str) -> Cell:
-    """The default cell: mean and sample std of `key` over the runs of `algorithm`."""
+    """The default cell: mean and sample std of `key` over the runs of `algorithm`; N/A (`unfinished`) when any of
+    those runs has no value for `key`."""
     sel = pick(algorithm)
+    if (na := unfinished(sel, key)) is not None:
+        return na
     values = sel[key].dropna() if key in sel else pd.Series(dtype=float)
     n = len(values)
     return Cell(float(values.mean()) if n else float("nan"), float(values.std(ddof=1)) if n > 1 else float("nan"),
@@ -164,6 +195,8 @@ def median_of_runs(pick, algorithm: str, key: str) -> Cell:
     """The cell of a paper that publishes medians: median of `key` over the runs of `algorithm`, with the robust
     spread `1.4826 MAD` in place of the std (it estimates the std of normal runs and ignores outlying ones)."""
     sel = pick(algorithm)
+    if (na := unfinished(sel, key)) is not None:
+        return na
     values = sel[key].dropna().to_numpy(dtype=float) if key in sel else np.empty(0)
     n = len(values)
     if not n:

@@ -222,3 +222,33 @@ def test_bad_statistic_fails_in_one_line(tmp_path, monkeypatch, block, match):
     monkeypatch.setenv("PRIVFAIR_CONFIG_DIR", str(tmp_path))
     with pytest.raises(ConfigError, match=match):
         reproduce.experiment_spec("x")
+
+
+def test_a_cell_with_failed_runs_is_na_never_a_mean_of_the_rest(tmp_path):
+    """A run whose solver did not reach an optimal status reports NaN: its cell is N/A (not_run, no number) with
+    how many runs failed and the statuses their warnings name, under the mean and the median statistic alike."""
+    import json
+
+    accs = [0.70, float("nan"), 0.72, float("nan")]
+    df = runs("privlr", 1, accs)
+    dirs = []
+    for i, acc in enumerate(accs):
+        d = tmp_path / f"run{i}"
+        d.mkdir()
+        warn = [] if acc == acc else ["privlr: the w-step solver ended with status 'optimal_inaccurate': N/A"]
+        rec = {"algo": "privlr", "data": "adult", "eps": 1.0, "delta": 0.0, "seed": i,
+               "metrics": {"accuracy": None if acc != acc else acc}, "privacy": {}, "timings": {}, "env": {},
+               "warnings": warn}
+        (d / "metrics.json").write_text(json.dumps(rec))
+        dirs.append(str(d))
+    df["run_dir"] = dirs
+    for spec in (SPEC, SPEC | {"statistic": "median"}):
+        out = reproduce.compare(df, PUBLISHED, spec).set_index(["dataset", "algorithm", "setting"])
+        cell = out.loc[("Adult", "privlr", "eps=1;runs=10")]
+        assert cell.verdict == "not_run" and math.isnan(cell.ours_mean) and cell.runs == 0
+        assert "N/A: 2 of 4 runs have no accuracy" in cell.reason
+        assert "status 'optimal_inaccurate' in 2 runs" in cell.reason
+    # every run finished: the usual mean
+    ok = reproduce.compare(runs("privlr", 1, [0.70, 0.72]), PUBLISHED, SPEC).set_index(
+        ["dataset", "algorithm", "setting"]).loc[("Adult", "privlr", "eps=1;runs=10")]
+    assert ok.ours_mean == pytest.approx(0.71) and ok.runs == 2
