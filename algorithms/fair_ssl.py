@@ -47,7 +47,6 @@ Deviations and resolutions (by spec item):
 
 from __future__ import annotations
 
-import dataclasses
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -243,35 +242,77 @@ class Solve:
 def solve_w(X: np.ndarray, y: np.ndarray, sets: list[tuple], cfg, warm: np.ndarray | None = None) -> Solve:
     """The w-step: minimise the mean loss (LR cross-entropy or hinge + lam/2 ||w||^2) over the rows X, y subject to
     |Cov_S(w)| <= c_S for each (X_S, z_S, y_S, c_S) in `sets`. DI: one convex solve; mistreatment: the
-    convex-concave procedure from `warm` (default: the unconstrained solution).
+    convex-concave procedure from `warm` (default: the unconstrained solution). One-off form of `WStep`."""
+    step = WStep(X, [(Xs, zs, c) for Xs, zs, _, c in sets], cfg)
+    return step.solve(y, [ys for _, _, ys, _ in sets], warm)
+
+
+class WStep:
+    """The w-step of one run, compiled once and re-solved in every outer iteration (and CCP iteration) with new
+    labels and linearisation points: the data enter as cvxpy Parameters (DPP), so cvxpy canonicalises the problem
+    once per run instead of once per solve.
 
     w is searched in the row space of X (w = V beta, V the right singular vectors of X with non-zero singular
     values): the loss and the constraints read w only through X w (every constraint row is a row of X), so the
     optimum is the same, but one-hot columns that sum to the intercept no longer leave the unregularised
-    problem with a flat direction (which interior-point solvers report as `optimal_inaccurate`)."""
-    _, sv, Vt = np.linalg.svd(X, full_matrices=False)
-    V = Vt[sv > sv[0] * 1e-10].T if len(sv) and sv[0] > 0 else np.eye(X.shape[1])
-    sol = _solve_reduced(X @ V, y, [(Xs @ V, zs, ys, c) for Xs, zs, ys, c in sets], cfg,
-                         None if warm is None else V.T @ warm)
-    return dataclasses.replace(sol, w=V @ sol.w)
+    problem with a flat direction (which interior-point solvers report as `optimal_inaccurate`).
 
+    `sets`: (X_S, z_S, c_S) per constraint; the labels y_S of each set are given to `solve` (they change with y_u).
+    The mistreatment constraint max(0, -m_i) terms enter through auxiliary t_i >= max(0, -m_i) with non-negative
+    coefficients, which leaves the feasible set of w unchanged and keeps the problem DPP."""
 
-def _solve_reduced(X: np.ndarray, y: np.ndarray, sets: list[tuple], cfg, warm: np.ndarray | None = None) -> Solve:
-    import cvxpy as cp
+    def __init__(self, X: np.ndarray, sets: list[tuple], cfg):
+        import cvxpy as cp
 
-    n, d = X.shape
-    w = cp.Variable(d)
-    score = X @ w
-    if cfg.model == "lr":
-        loss = (cp.sum(cp.logistic(score)) - (y.astype(float) @ score)) / n
-    else:
-        loss = cp.sum(cp.pos(1 - cp.multiply(2.0 * y - 1.0, score))) / n
-    if cfg.l2 > 0:
-        loss = loss + cfg.l2 / 2 * cp.sum_squares(w)
+        self.cfg = cfg
+        _, sv, Vt = np.linalg.svd(X, full_matrices=False)
+        self.V = Vt[sv > sv[0] * 1e-10].T if len(sv) and sv[0] > 0 else np.eye(X.shape[1])
+        Xr = X @ self.V
+        n, d = Xr.shape
+        self.w = w = cp.Variable(d)
+        self.target = cp.Parameter(n)  # y (LR) or 2y - 1 (SVM)
+        score = Xr @ w
+        if cfg.model == "lr":
+            loss = (cp.sum(cp.logistic(score)) - self.target @ score) / n
+        else:
+            loss = cp.sum(cp.pos(1 - cp.multiply(self.target, score))) / n
+        if cfg.l2 > 0:
+            loss = loss + cfg.l2 / 2 * cp.sum_squares(w)
+        self.loss = loss
+        self.sets = [(Xs @ self.V, np.asarray(zs, float), float(c)) for Xs, zs, c in sets]
+        self.free = cp.Problem(cp.Minimize(loss))
+        self.problem = None
+        if not self.sets:
+            return
+        if cfg.fairness == "di":
+            cons = []
+            for Xs, zs, c in self.sets:
+                a = di_vector(Xs, zs)
+                cons += [a @ w <= c, -(a @ w) <= c]
+            self.problem = cp.Problem(cp.Minimize(loss), cons)
+            return
+        cons, self.slacks, self.params = [], [], []
+        for Xs, _, c in self.sets:
+            m = len(Xs)
+            sgn = cp.Parameter(m)
+            lin_pos, lin_neg = cp.Parameter(m), cp.Parameter(m)
+            cvx_pos, cvx_neg = cp.Parameter(m, nonneg=True), cp.Parameter(m, nonneg=True)
+            t = cp.Variable(m, nonneg=True)  # t_i >= max(0, -m_i) = -min(0, m_i), m_i = yt_i x_i.w
+            s1, s2 = cp.Variable(nonneg=True), cp.Variable(nonneg=True)
+            xw = Xs @ w
+            cons += [t >= -cp.multiply(sgn, xw),
+                     lin_pos @ xw + cvx_neg @ t <= c + s1,   # Cov <= c
+                     lin_neg @ xw + cvx_pos @ t <= c + s2]   # -Cov <= c
+            self.slacks += [s1, s2]
+            self.params.append((sgn, lin_pos, lin_neg, cvx_pos, cvx_neg))
+        self.tau = cp.Parameter(nonneg=True)
+        self.problem = cp.Problem(cp.Minimize(loss + self.tau * cp.sum(cp.hstack(self.slacks))), cons)
 
-    def run(problem) -> str:
+    def _run(self, problem) -> str:
         """Clarabel, then SCS at high accuracy where Clarabel stops short of `optimal` (its exponential-cone
         steps sometimes end `optimal_inaccurate` on problems SCS solves); the status is the last solver's."""
+        import cvxpy as cp
+
         status = "not solved"
         scs = {"eps": 1e-9, "max_iters": 200_000, "time_limit_secs": 120.0}  # a stalled fallback ends, N/A
         for solver, opts in ((cp.CLARABEL, {}), (cp.SCS, scs)):
@@ -286,55 +327,72 @@ def _solve_reduced(X: np.ndarray, y: np.ndarray, sets: list[tuple], cfg, warm: n
                 break
         return status
 
-    if cfg.fairness == "di" or not sets:
-        cons = []
-        for Xs, zs, _, c in sets:
-            a = di_vector(Xs, zs)
-            cons += [a @ w <= c, -(a @ w) <= c]
-        status = run(cp.Problem(cp.Minimize(loss), cons))
-        ok = status == "optimal" and w.value is not None
-        return Solve(np.asarray(w.value if w.value is not None else np.zeros(d)), status, ok)
+    def _result(self, beta: np.ndarray, status: str, ok: bool, it: int = 1) -> Solve:
+        return Solve(self.V @ beta, status, ok, it)
 
-    if warm is None:
-        base = _solve_reduced(X, y, [], cfg)
-        if not base.ok:
-            return base
-        warm = base.w
-    terms = [dm_terms(Xs, zs, ys, cfg.fairness) + (c,) for Xs, zs, ys, c in sets]
-    wk, tau, prev = np.asarray(warm, float), cfg.tau, np.inf
-    status, it = "optimal", 0
-    for it in range(1, cfg.ccp_max_iter + 1):
-        cons, slacks = [], []
-        for Xs, ys, a, c in terms:
-            if not len(a):
-                continue
-            active = (ys * (Xs @ wk)) < 0  # where min(0, yt x.w) is the linear branch at w_k
-            margin = cp.multiply(ys, Xs @ w)
-            convex_neg = cp.pos(-margin)  # -min(0, m) = max(0, -m), convex
-            pos, neg = a > 0, a < 0
-            # Cov = sum_{a>0} a g (concave) + sum_{a<0} |a| (-g) (convex): linearise the concave part at w_k.
-            lin_pos = (a * active * pos) @ margin
-            lin_neg = (-a * active * neg) @ margin
-            s1, s2 = cp.Variable(nonneg=True), cp.Variable(nonneg=True)
-            cons += [lin_pos + (-a * neg) @ convex_neg <= c + s1,   # Cov <= c
-                     lin_neg + (a * pos) @ convex_neg <= c + s2]    # -Cov <= c
-            slacks += [s1, s2]
-        penalty = tau * cp.sum(cp.hstack(slacks)) if slacks else 0
-        problem = cp.Problem(cp.Minimize(loss + penalty), cons)
-        status = run(problem)
-        if status != "optimal" or w.value is None:
-            return Solve(wk, status, False, it)
-        wk = np.asarray(w.value, float)
-        slack = max((float(s.value) for s in slacks), default=0.0)
-        obj = float(loss.value)
-        if slack <= 1e-7 and abs(prev - obj) <= cfg.ccp_tol * max(1.0, abs(obj)):
-            break
-        prev = obj
-        tau = min(cfg.mu * tau, cfg.tau_max)
-    worst = max((abs(dm_cov(wk, Xs, ys, a)) - c for Xs, ys, a, c in terms if len(a)), default=-1.0)
-    if worst > cfg.feas_tol:
-        return Solve(wk, f"ccp_infeasible (|Cov| exceeds c by {worst:.2g} after {it} iterations)", False, it)
-    return Solve(wk, "optimal", True, it)
+    def solve(self, y: np.ndarray, set_labels: list[np.ndarray], warm: np.ndarray | None = None) -> Solve:
+        """Solve with labels y (all rows) and y_S per set; `warm` (a w) starts the convex-concave procedure."""
+        y = np.asarray(y, float)
+        self.target.value = y if self.cfg.model == "lr" else 2.0 * y - 1.0
+        d = self.V.shape[1]
+        if self.problem is None or self.cfg.fairness == "di":
+            problem = self.problem or self.free
+            status = self._run(problem)
+            ok = status == "optimal" and self.w.value is not None
+            return self._result(np.asarray(self.w.value if self.w.value is not None else np.zeros(d)), status, ok)
+        if warm is None:
+            status = self._run(self.free)
+            if status != "optimal" or self.w.value is None:
+                return self._result(np.zeros(d), status, False)
+            beta = np.asarray(self.w.value, float)
+        else:
+            beta = self.V.T @ np.asarray(warm, float)
+        terms = [dm_terms(Xs, zs, ys, self.cfg.fairness) + (c,)
+                 for (Xs, zs, c), ys in zip(self.sets, set_labels, strict=True)]
+
+        def worst(b: np.ndarray) -> float:
+            return max((abs(dm_cov(b, Xs, ys, a)) - c for Xs, ys, a, c in terms if len(a)), default=-1.0)
+
+        if warm is None and worst(beta) <= 0:
+            # the unconstrained optimum satisfies |Cov| <= c: it is the constrained optimum (the loss is convex and
+            # its global minimiser is feasible), the point the first CCP step from it would return
+            return self._result(beta, "optimal", True, 1)
+        full = []  # per set: signed labels and weights a_i over all rows of S (0 outside S')
+        for (Xs, zs, _), ys in zip(self.sets, set_labels, strict=True):
+            yt = 2.0 * np.asarray(ys, float) - 1.0
+            keep = {"omr": np.ones(len(yt), bool), "fpr": yt < 0, "fnr": yt > 0}[self.cfg.fairness]
+            a = np.zeros(len(yt))
+            if keep.any():
+                zk = zs[keep]
+                a[keep] = (zk - zk.mean()) / keep.sum()
+            full.append((Xs, yt, a))
+        tau, prev, status, it = self.cfg.tau, np.inf, "optimal", 0
+        for it in range(1, self.cfg.ccp_max_iter + 1):
+            for (Xs, yt, a), (sgn, lin_pos, lin_neg, cvx_pos, cvx_neg) in zip(full, self.params, strict=True):
+                active = (yt * (Xs @ beta)) < 0  # where min(0, yt x.w) is the linear branch at w_k
+                pos, neg = a > 0, a < 0
+                # Cov = sum_{a>0} a g (concave) + sum_{a<0} |a| (-g) (convex): linearise the concave part at w_k
+                sgn.value = yt
+                lin_pos.value = a * active * pos * yt
+                lin_neg.value = -a * active * neg * yt
+                cvx_pos.value = a * pos
+                cvx_neg.value = -a * neg
+            self.tau.value = tau
+            status = self._run(self.problem)
+            if status != "optimal" or self.w.value is None:
+                return self._result(beta, status, False, it)
+            beta = np.asarray(self.w.value, float)
+            slack = max((float(s.value) for s in self.slacks), default=0.0)
+            obj = float(self.loss.value)
+            if slack <= 1e-7 and abs(prev - obj) <= self.cfg.ccp_tol * max(1.0, abs(obj)):
+                break
+            prev = obj
+            tau = min(self.cfg.mu * tau, self.cfg.tau_max)
+        gap = worst(beta)
+        if gap > self.cfg.feas_tol:
+            return self._result(beta, f"ccp_infeasible (|Cov| exceeds c by {gap:.2g} after {it} iterations)", False,
+                                it)
+        return self._result(beta, "optimal", True, it)
 
 
 # ---------------------------------------------------------------------------------------------- metrics
@@ -428,15 +486,14 @@ class FairSSLLR(_FairLinear):
     name = "fair_ssl_lr"
     Config = FairSSLConfig
 
-    def _sets(self, X, z, y, n_l):
+    def _sets(self, n_l: int) -> list[tuple[slice, float]]:
+        """The rows (labelled rows first) and threshold of each constraint of the scope (spec §1.3a)."""
         cfg = self.cfg
         c1 = cfg.c if cfg.c1 is None else cfg.c1
         c2 = cfg.c if cfg.c2 is None else cfg.c2
         lab, unl = slice(0, n_l), slice(n_l, None)
-        return {"labeled": [(X[lab], z[lab], y[lab], cfg.c)],
-                "unlabeled": [(X[unl], z[unl], y[unl], cfg.c)],
-                "combined": [(X[lab], z[lab], y[lab], c1), (X[unl], z[unl], y[unl], c2)],
-                "mixed": [(X, z, y, cfg.c)]}[cfg.constraint_scope]
+        return {"labeled": [(lab, cfg.c)], "unlabeled": [(unl, cfg.c)], "combined": [(lab, c1), (unl, c2)],
+                "mixed": [(slice(None), cfg.c)]}[cfg.constraint_scope]
 
     def fit(self, data, budget, ledger, rng, device="cpu"):
         cfg, g = self.cfg, self.cfg.graph
@@ -463,10 +520,12 @@ class FairSSLLR(_FairLinear):
                       f"(sigma={self.sigma:g}; spec §8.11): their labels come from the classifier alone")
         self.statuses, self.failed = [], None
         y_u = (graph.harmonic(y_l) >= cfg.T).astype(int) if n_u else np.zeros(0, int)
+        sets = self._sets(n_l)
+        step = WStep(X, [(X[rows], z[rows], c) for rows, c in sets], cfg)  # compiled once, re-solved below
         prev_obj, self.outer = np.inf, 0
         for self.outer in range(1, cfg.max_outer + 1):
             y = np.concatenate([y_l, y_u])
-            sol = solve_w(X, y, self._sets(X, z, y, n_l), cfg)
+            sol = step.solve(y, [y[rows] for rows, _ in sets])
             self._record(sol)
             self.y_fit = y  # the labels the current w was fitted on
             if not sol.ok or not n_u:
