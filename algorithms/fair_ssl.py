@@ -42,6 +42,9 @@ Deviations and resolutions (by spec item):
   loss is the plain hinge plus (lam / 2) ||w||^2, prediction 1[w.x >= 0].
 - §8.2: `yu_update: printed` keeps the seed's Eq. 5.16 (sign error) for debugging only.
 - §8.8: `c1` / `c2` default to `c` (null in the config).
+- §1.5 Figs. 5.2 / 5.6: |D_u| is varied by `unlabelled_used` (a seeded random subset of the split's unlabelled rows;
+  null = all), so the labelled and test rows stay the same across the sweep; the rows left out are not in the
+  graph nor in the standardisation.
 - §8.9: a non-optimal solver status gives N/A cells (NaN metrics) with the status in the warnings.
 """
 
@@ -85,11 +88,16 @@ class FairLinearConfig:
     ccp_max_iter: int = field(metadata=bounds(ge=1))
     ccp_tol: float = field(metadata=bounds(gt=0))
     feas_tol: float = field(metadata=bounds(ge=0))
+    graph: dict  # the graph of the semi-supervised plugins; the Zafar baselines accept it unused (one sweep sets both)
+
+    def __post_init__(self):
+        object.__setattr__(self, "graph", typed(GraphConfig, dict(self.graph), "algo.graph"))
 
 
 @dataclass(frozen=True)
 class ZafarDMConfig(FairLinearConfig):
     def __post_init__(self):
+        super().__post_init__()
         if self.fairness == "di":
             raise ConfigError("algo.fairness=di is not a mistreatment notion for zafar_dm; allowed: omr, fpr, fnr "
                               "(disparate impact is zafar_fc)")
@@ -98,6 +106,7 @@ class ZafarDMConfig(FairLinearConfig):
 @dataclass(frozen=True)
 class ZafarFCConfig(FairLinearConfig):
     def __post_init__(self):
+        super().__post_init__()
         if self.fairness != "di":
             raise ConfigError(f"algo.fairness={self.fairness} is not disparate impact; zafar_fc allows: di "
                               f"(the mistreatment notions are zafar_dm)")
@@ -113,10 +122,7 @@ class FairSSLConfig(FairLinearConfig):
     max_outer: int = field(metadata=bounds(ge=1))
     tol: float = field(metadata=bounds(gt=0))
     yu_update: Literal["corrected", "printed"]
-    graph: dict
-
-    def __post_init__(self):
-        object.__setattr__(self, "graph", typed(GraphConfig, dict(self.graph), "algo.graph"))
+    unlabelled_used: int | None = field(metadata=bounds(ge=0))
 
 
 # ---------------------------------------------------------------------------------------------- the graph
@@ -498,14 +504,17 @@ class FairSSLLR(_FairLinear):
     def fit(self, data, budget, ledger, rng, device="cpu"):
         cfg, g = self.cfg, self.cfg.graph
         lab = self._parts(data)
-        order = np.concatenate([np.flatnonzero(lab), np.flatnonzero(~lab)])  # labelled rows first
-        n_l, n_u = int(lab.sum()), int((~lab).sum())
+        pool = np.flatnonzero(~lab)
+        if cfg.unlabelled_used is not None and cfg.unlabelled_used < len(pool):  # Figs. 5.2 / 5.6: |D_u| varies
+            pool = np.sort(rng.choice(pool, cfg.unlabelled_used, replace=False))
+        order = np.concatenate([np.flatnonzero(lab), pool])  # labelled rows first
+        n_l, n_u = int(lab.sum()), len(pool)
         if n_u == 0 and cfg.constraint_scope in ("unlabeled", "combined"):
             raise DataError(f"algo.constraint_scope={cfg.constraint_scope} needs unlabelled rows and data="
                             f"{data.name} gives none; allowed without them: labeled, mixed "
                             f"(or data.unlabelled_size > 0)")
         check_graph_fits(n_l + n_u, n_u, g)
-        self._fit_scaler(data.X)
+        self._fit_scaler(data.X[order])
         X = self._standardise(data.X[order])
         z = data.s[order].astype(float)
         y_l = data.y[order][:n_l].astype(int)
@@ -557,7 +566,8 @@ class FairSSLLR(_FairLinear):
         return float(loss + self.cfg.alpha * graph.smoothness(y))
 
     def extra_metrics(self) -> dict[str, float]:
-        return {"zero_degree_fraction": self.zero_degree, "sigma": float(self.sigma),
+        return {"unlabelled_used": float(len(self.y_u)), "zero_degree_fraction": self.zero_degree,
+                "sigma": float(self.sigma),
                 "ridge_used": float(self.ridge_used), "outer_iterations": float(self.outer),
                 "graph_seconds": float(self.graph_seconds),
                 "y_u_positive_rate": float(self.y_u.mean()) if len(self.y_u) else float("nan")}

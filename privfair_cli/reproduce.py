@@ -39,6 +39,8 @@ Keys of the `reproduce:` block (REQUIRED, then optional):
   Default `mean_of_runs`; `privfair_cli.reproduce.ratio` ({denominator, scale, undefined}) gives
   `scale * mean(algorithm) / mean(denominator)` (e.g. PreFair's Greedy as % of MST); `privfair_cli.reproduce.pipeline`
   picks a composable pipeline's runs by the published `<pre>+<gen>` name (FFPDG Tables 1-5).
+  `privfair_cli.reproduce.on_curve` ({x, level_key, level, common}) reads a number off a trade-off curve (a key at
+  the x where another key reaches a level, e.g. "Dis at the same accuracy").
 - `label` (default "{metric}"): the metric label of each published cell; `variants`: extra rows after each cell,
   the same cell measured on another of our keys: a list of `{keys: {our key: other key}, label: "{metric} [..]",
   reason: text}` (`{metric}` and `{key}` are filled in).
@@ -239,6 +241,49 @@ def stopping_rule(pick, algorithm: str, key: str, trainer: str = "dpsgd_es") -> 
     """A cell of a stopping rule (early_stopping.md): every rule reads the same `trainer` runs, which report the
     rule's numbers as `<rule>_<key>` (one training run serves all rules)."""
     return mean_of_runs(lambda _: pick(trainer), trainer, f"{algorithm}_{key}")
+
+
+def on_curve(pick, algorithm: str, key: str, x: str, level_key: str = "accuracy", level: float | None = None,
+             common: list[str] | None = None) -> Cell:
+    """A number read off a trade-off curve (e.g. "at the same accuracy, Semi's Dis is about 0.08"): `key` of
+    `algorithm` where its curve of `level_key` against the swept run column `x` (means over the runs at each x)
+    reaches `level`, linearly interpolated between the two neighbouring x that bracket it (the first crossing from
+    the low end of x). `level` None: the highest `level_key` that every algorithm of `common` reaches (their common
+    level). `n` is the fewest runs at an x of the curve; the std is not defined. A curve that never reaches the
+    level, or whose runs have no value (`unfinished`), is N/A with the reason."""
+
+    def curve(alg: str):
+        sel = pick(alg)
+        if sel.empty or x not in sel or key not in sel or level_key not in sel:
+            return None, Cell(float("nan"), float("nan"), 0)
+        na = unfinished(sel, key) or unfinished(sel, level_key)
+        if na is not None:
+            return None, na
+        grouped = sel.groupby(x)
+        return grouped[[level_key, key]].mean().sort_index(), int(grouped.size().min())
+
+    own, n = curve(algorithm)
+    if own is None:
+        return n
+    target = level
+    if target is None:
+        tops = []
+        for alg in common or [algorithm]:
+            other, _ = curve(alg)
+            if other is None:
+                return Cell(float("nan"), float("nan"), 0, reason=f"no {alg} curve to find the common {level_key}")
+            tops.append(float(other[level_key].max()))
+        target = min(tops)
+    lv, kv = own[level_key].to_numpy(float), own[key].to_numpy(float)
+    note = f"{level_key}={target:.3f};runs={n}"
+    for i in range(len(lv)):
+        if math.isclose(lv[i], target, abs_tol=1e-12):
+            return Cell(float(kv[i]), float("nan"), n, note)
+        if i + 1 < len(lv) and min(lv[i], lv[i + 1]) < target < max(lv[i], lv[i + 1]):
+            t = (target - lv[i]) / (lv[i + 1] - lv[i])
+            return Cell(float(kv[i] + t * (kv[i + 1] - kv[i])), float("nan"), n, note)
+    return Cell(float("nan"), float("nan"), 0, reason=f"{algorithm}'s {level_key} never reaches {target:.3f} "
+                f"(range {lv.min():.3f}-{lv.max():.3f})")
 
 
 def _cell_function(spec: dict):

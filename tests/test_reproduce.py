@@ -252,3 +252,27 @@ def test_a_cell_with_failed_runs_is_na_never_a_mean_of_the_rest(tmp_path):
     ok = reproduce.compare(runs("privlr", 1, [0.70, 0.72]), PUBLISHED, SPEC).set_index(
         ["dataset", "algorithm", "setting"]).loc[("Adult", "privlr", "eps=1;runs=10")]
     assert ok.ours_mean == pytest.approx(0.71) and ok.runs == 2
+
+
+def test_on_curve_reads_a_key_where_the_level_is_reached_at_the_common_level():
+    """`on_curve`: mean curves over runs per x; the key is interpolated linearly where the level key reaches the level;
+    with no level, the highest level every `common` algorithm reaches."""
+    def curve(algo, xs, accs, dis):
+        return pd.DataFrame({"algo": algo, "cfg.algo.c": xs, "accuracy": accs, "discrimination": dis})
+
+    runs_ = pd.concat([curve("semi", [0.0, 0.0, 0.1, 0.1, 0.2, 0.2], [0.60, 0.62, 0.68, 0.70, 0.74, 0.76],
+                             [0.01, 0.03, 0.06, 0.08, 0.10, 0.12]),
+                       curve("fs", [0.0, 0.1, 0.2], [0.62, 0.66, 0.70], [0.05, 0.09, 0.11])], ignore_index=True)
+    pick = lambda algo: runs_[runs_["algo"] == algo]  # noqa: E731
+    semi = reproduce.on_curve(pick, "semi", "discrimination", "cfg.algo.c", common=["semi", "fs"])
+    # common level = min(max semi 0.75, max fs 0.70) = 0.70; semi's mean curve 0.61, 0.69, 0.75 -> between c 0.1 and 0.2
+    assert semi.mean == pytest.approx(0.07 + (0.70 - 0.69) / (0.75 - 0.69) * (0.11 - 0.07))
+    assert semi.n == 2 and semi.note == "accuracy=0.700;runs=2"
+    fs = reproduce.on_curve(pick, "fs", "discrimination", "cfg.algo.c", common=["semi", "fs"])
+    assert fs.mean == pytest.approx(0.11) and fs.n == 1
+    never = reproduce.on_curve(pick, "fs", "discrimination", "cfg.algo.c", level=0.9)
+    assert never.n == 0 and "never reaches 0.900" in never.reason
+    broken = pd.concat([runs_, curve("semi", [0.2], [float("nan")], [float("nan")])], ignore_index=True)
+    na = reproduce.on_curve(lambda a: broken[broken["algo"] == a], "semi", "discrimination", "cfg.algo.c",
+                            common=["semi", "fs"])
+    assert na.n == 0 and na.reason.startswith("N/A: 1 of 7 runs")
