@@ -23,9 +23,11 @@ Deviations and resolutions (by spec item):
   first); the sensitive attribute is never a feature; an intercept column is appended.
 - §0.1 / §8.11: A is float32 (its exp underflows to exactly 0 below ~1e-45, so far pairs have no edge); L_uu is
   built and factorised in float64; the 1e-8 ridge (`graph.ridge`) is added only when the Cholesky factorisation
-  of L_uu fails (an unlabelled component without an edge to a labelled row); the fraction of unlabelled rows
-  with zero degree is reported (`zero_degree_fraction`) and warned about when positive. `graph.sigma_mode:
-  median` sets sigma^2 = the median squared distance between distinct training rows (a documented deviation).
+  of L_uu fails (an unlabelled component without an edge to a labelled row), to the Laplacian of the symmetrised
+  A (the float32 product leaves A asymmetric by ~1e-6, which can make a singular block indefinite); the fraction
+  of unlabelled rows with zero degree is reported (`zero_degree_fraction`) and warned about when positive.
+  `graph.sigma_mode: median` sets sigma^2 = the median squared distance between distinct training rows (a
+  documented deviation).
 - §0.1 memory: a graph whose A (4 N^2 bytes) plus L_uu factor (8 N_u^2 bytes) exceeds `graph.max_gb` is refused
   before it is built, with one line naming its size and the options that shrink it.
 - §1.3a: the cross-entropy of the w-step is the mean over D_l u D_u (§8.15), plus an optional L2 term `l2`
@@ -193,8 +195,16 @@ class Propagator:
                                                  check_finite=False)
                 used = False
             except np.linalg.LinAlgError:
-                factor = scipy.linalg.cho_factor(laplacian_uu(ridge), lower=True, overwrite_a=True,
-                                                 check_finite=False)
+                # a singular block (rows without a path to a labelled row): the ridge, on the Laplacian of the
+                # symmetrised A (the float32 product leaves A asymmetric by ~1e-6, more than the ridge, which can
+                # make such a block indefinite); exactly diagonally dominant, so the ridge makes it definite
+                A_lu = A[n_l:, :n_l].astype(np.float64) + A[:n_l, n_l:].T.astype(np.float64)
+                L = A_uu.astype(np.float64)
+                L += A_uu.T
+                L *= -0.5
+                deg = -L.sum(1) + A_lu.sum(1) / 2
+                L[np.diag_indices_from(L)] += deg + ridge
+                factor = scipy.linalg.cho_factor(L, lower=True, overwrite_a=True, check_finite=False)
                 used = True
         return cls(A, n_l, factor, degree, used)
 
@@ -253,10 +263,163 @@ def solve_w(X: np.ndarray, y: np.ndarray, sets: list[tuple], cfg, warm: np.ndarr
     return step.solve(y, [ys for _, _, ys, _ in sets], warm)
 
 
-class WStep:
-    """The w-step of one run, compiled once and re-solved in every outer iteration (and CCP iteration) with new
-    labels and linearisation points: the data enter as cvxpy Parameters (DPP), so cvxpy canonicalises the problem
-    once per run instead of once per solve.
+class LargeWStep:
+    """The w-step of a large run (more than `PARAMETRIC_ROWS` rows: Health, Bank), re-solved with small Parameters
+    only (d entries or a scalar): a Parameter with one entry per row multiplying an expression makes cvxpy's DPP
+    tensors grow with the square of the rows (1.4 GB for one such Parameter over 4,000 rows, GBs at Health size).
+
+    - LR: the loss reads the labels only through g = X^T y, sum(logistic(X w)) - g.w, so the unconstrained and the DI
+      problem are compiled once per run, g re-set in every outer iteration;
+    - SVM: the hinge loss depends on each label, so its problems are built once per outer iteration (labels as
+      constants);
+    - mistreatment (convex-concave): the problem of one outer iteration (labels, weights a_i, signs as constants) is
+      built once and re-solved in every CCP iteration with the linearisation (two d-vectors) and tau as Parameters;
+      the max(0, -m_i) terms enter through auxiliary t_i >= max(0, -m_i) with non-negative coefficients, which leaves
+      the feasible set of w unchanged.
+
+    w is searched in the row space of X (w = V beta, V the right singular vectors of X with non-zero singular
+    values): the loss and the constraints read w only through X w (every constraint row is a row of X), so the
+    optimum is the same, but one-hot columns that sum to the intercept no longer leave the unregularised
+    problem with a flat direction (which interior-point solvers report as `optimal_inaccurate`).
+
+    `sets`: (X_S, z_S, c_S) per constraint; the labels y_S of each set are given to `solve` (they change with y_u)."""
+
+    def __init__(self, X: np.ndarray, sets: list[tuple], cfg):
+        import cvxpy as cp
+
+        self.cfg = cfg
+        _, sv, Vt = np.linalg.svd(X, full_matrices=False)
+        self.V = Vt[sv > sv[0] * 1e-10].T if len(sv) and sv[0] > 0 else np.eye(X.shape[1])
+        self.Xr = X @ self.V
+        n, d = self.Xr.shape
+        self.w = cp.Variable(d)
+        self.score = self.Xr @ self.w
+        self.sets = [(Xs @ self.V, np.asarray(zs, float), float(c)) for Xs, zs, c in sets]
+        self.di_cons = []
+        if cfg.fairness == "di":
+            for Xs, zs, c in self.sets:
+                a = di_vector(Xs, zs)
+                self.di_cons += [a @ self.w <= c, -(a @ self.w) <= c]
+        if cfg.model == "lr":
+            self.g = cp.Parameter(d)
+            self.lr_loss = self._regularised((cp.sum(cp.logistic(self.score)) - self.g @ self.w) / n)
+            self.lr_free = cp.Problem(cp.Minimize(self.lr_loss))
+            self.lr_di = cp.Problem(cp.Minimize(self.lr_loss), self.di_cons) if self.di_cons else None
+
+    def _regularised(self, loss):
+        import cvxpy as cp
+
+        return loss + self.cfg.l2 / 2 * cp.sum_squares(self.w) if self.cfg.l2 > 0 else loss
+
+    def _loss(self, y: np.ndarray):
+        """The loss at labels y: LR re-sets g = X^T y of the compiled loss; SVM builds the hinge with y as constants."""
+        import cvxpy as cp
+
+        if self.cfg.model == "lr":
+            self.g.value = self.Xr.T @ y
+            return self.lr_loss
+        return self._regularised(cp.sum(cp.pos(1 - cp.multiply(2.0 * y - 1.0, self.score))) / len(y))
+
+    def _run(self, problem) -> str:
+        """Clarabel, then SCS at high accuracy where Clarabel stops short of `optimal` (its exponential-cone
+        steps sometimes end `optimal_inaccurate` on problems SCS solves); the status is the last solver's."""
+        import cvxpy as cp
+
+        status = "not solved"
+        scs = {"eps": 1e-9, "max_iters": 200_000, "time_limit_secs": 120.0}  # a stalled fallback ends, N/A
+        for solver, opts in ((cp.CLARABEL, {}), (cp.SCS, scs)):
+            try:
+                with warnings.catch_warnings():  # "Solution may be inaccurate": the status says so
+                    warnings.simplefilter("ignore", UserWarning)
+                    problem.solve(solver=solver, **opts)
+                status = str(problem.status)
+            except cp.error.SolverError as err:
+                status = f"solver_error ({str(err).splitlines()[0][:80]})"
+            if status == "optimal":
+                break
+        return status
+
+    def _result(self, beta: np.ndarray, status: str, ok: bool, it: int = 1) -> Solve:
+        return Solve(self.V @ beta, status, ok, it)
+
+    def solve(self, y: np.ndarray, set_labels: list[np.ndarray], warm: np.ndarray | None = None) -> Solve:
+        """Solve with labels y (all rows) and y_S per set; `warm` (a w) starts the convex-concave procedure."""
+        import cvxpy as cp
+
+        y = np.asarray(y, float)
+        loss = self._loss(y)
+        lr = self.cfg.model == "lr"
+        d = self.V.shape[1]
+        if not self.sets or self.cfg.fairness == "di":
+            if lr:
+                problem = self.lr_di or self.lr_free
+            else:
+                problem = cp.Problem(cp.Minimize(loss), self.di_cons)
+            status = self._run(problem)
+            ok = status == "optimal" and self.w.value is not None
+            return self._result(np.asarray(self.w.value if self.w.value is not None else np.zeros(d)), status, ok)
+        if warm is None:
+            status = self._run(self.lr_free if lr else cp.Problem(cp.Minimize(loss)))
+            if status != "optimal" or self.w.value is None:
+                return self._result(np.zeros(d), status, False)
+            beta = np.asarray(self.w.value, float)
+        else:
+            beta = self.V.T @ np.asarray(warm, float)
+        terms = [dm_terms(Xs, zs, ys, self.cfg.fairness) + (c,)
+                 for (Xs, zs, c), ys in zip(self.sets, set_labels, strict=True)]
+
+        def worst(b: np.ndarray) -> float:
+            return max((abs(dm_cov(b, Xs, ys, a)) - c for Xs, ys, a, c in terms if len(a)), default=-1.0)
+
+        if warm is None and worst(beta) <= 0:
+            # the unconstrained optimum satisfies |Cov| <= c: it is the constrained optimum (the loss is convex and
+            # its global minimiser is feasible), the point the first CCP step from it would return
+            return self._result(beta, "optimal", True, 1)
+        cons, slacks, lins = [], [], []
+        for Xs, ys, a, c in terms:  # the rows S' of each set, their signed labels and weights (constants here)
+            if not len(a):
+                continue
+            pos, neg = a > 0, a < 0
+            t = cp.Variable(len(a), nonneg=True)  # t_i >= max(0, -m_i) = -min(0, m_i), m_i = yt_i x_i.w
+            lin_pos, lin_neg = cp.Parameter(d), cp.Parameter(d)  # the linearised concave part, as a d-vector
+            s1, s2 = cp.Variable(nonneg=True), cp.Variable(nonneg=True)
+            cons += [t >= -cp.multiply(ys, Xs @ self.w),
+                     lin_pos @ self.w + (-a * neg) @ t <= c + s1,   # Cov <= c
+                     lin_neg @ self.w + (a * pos) @ t <= c + s2]    # -Cov <= c
+            slacks += [s1, s2]
+            lins.append((Xs, ys, a, lin_pos, lin_neg))
+        tau = cp.Parameter(nonneg=True)
+        problem = cp.Problem(cp.Minimize(loss + tau * cp.sum(cp.hstack(slacks))), cons)
+        tau_k, prev, status, it = self.cfg.tau, np.inf, "optimal", 0
+        for it in range(1, self.cfg.ccp_max_iter + 1):
+            for Xs, ys, a, lin_pos, lin_neg in lins:
+                active = (ys * (Xs @ beta)) < 0  # where min(0, yt x.w) is the linear branch at w_k
+                # Cov = sum_{a>0} a g (concave) + sum_{a<0} |a| (-g) (convex): linearise the concave part at w_k
+                lin_pos.value = Xs.T @ (a * active * (a > 0) * ys)
+                lin_neg.value = Xs.T @ (-a * active * (a < 0) * ys)
+            tau.value = tau_k
+            status = self._run(problem)
+            if status != "optimal" or self.w.value is None:
+                return self._result(beta, status, False, it)
+            beta = np.asarray(self.w.value, float)
+            slack = max((float(s.value) for s in slacks), default=0.0)
+            obj = float(loss.value)
+            if slack <= 1e-7 and abs(prev - obj) <= self.cfg.ccp_tol * max(1.0, abs(obj)):
+                break
+            prev = obj
+            tau_k = min(self.cfg.mu * tau_k, self.cfg.tau_max)
+        gap = worst(beta)
+        if gap > self.cfg.feas_tol:
+            return self._result(beta, f"ccp_infeasible (|Cov| exceeds c by {gap:.2g} after {it} iterations)", False,
+                                it)
+        return self._result(beta, "optimal", True, it)
+
+
+class ParametricWStep:
+    """The w-step of a small run (at most `PARAMETRIC_ROWS` rows), compiled once per run and re-solved in every outer
+    iteration (and CCP iteration) with new labels and linearisation points: the labels, signs and weights enter as
+    cvxpy Parameters with one entry per row (DPP), so cvxpy canonicalises the problem once per run instead of once
+    per solve. (Such Parameters make cvxpy's DPP tensors grow with the square of the rows: `LargeWStep` above.)
 
     w is searched in the row space of X (w = V beta, V the right singular vectors of X with non-zero singular
     values): the loss and the constraints read w only through X w (every constraint row is a row of X), so the
@@ -399,6 +562,16 @@ class WStep:
             return self._result(beta, f"ccp_infeasible (|Cov| exceeds c by {gap:.2g} after {it} iterations)", False,
                                 it)
         return self._result(beta, "optimal", True, it)
+
+
+PARAMETRIC_ROWS = 3000  # rows up to which the w-step takes per-row Parameters (ParametricWStep)
+
+
+def WStep(X: np.ndarray, sets: list[tuple], cfg):  # noqa: N802  (a factory: the w-step object of one run)
+    """The w-step of one run over the rows X with constraint sets (X_S, z_S, c_S): `ParametricWStep` (compiled once
+    per run) up to `PARAMETRIC_ROWS` rows, `LargeWStep` above. Both solve the same problem; they differ in what
+    cvxpy compiles once, and so in the solver's rounding."""
+    return (ParametricWStep if len(X) <= PARAMETRIC_ROWS else LargeWStep)(X, sets, cfg)
 
 
 # ---------------------------------------------------------------------------------------------- metrics
