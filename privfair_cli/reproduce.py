@@ -249,8 +249,9 @@ def on_curve(pick, algorithm: str, key: str, x: str, level_key: str = "accuracy"
     `algorithm` where its curve of `level_key` against the swept run column `x` (means over the runs at each x)
     reaches `level`, linearly interpolated between the two neighbouring x that bracket it (the first crossing from
     the low end of x). `level` None: the highest `level_key` that every algorithm of `common` reaches (their common
-    level). `n` is the fewest runs at an x of the curve; the std is not defined. A curve that never reaches the
-    level, or whose runs have no value (`unfinished`), is N/A with the reason."""
+    level; N/A when their ranges do not overlap). `n` is the fewest runs at an x of the curve; the std is not
+    defined. A curve that never reaches the level, or whose runs have no value (`unfinished`), is N/A with the
+    reason."""
 
     def curve(alg: str):
         sel = pick(alg)
@@ -267,13 +268,17 @@ def on_curve(pick, algorithm: str, key: str, x: str, level_key: str = "accuracy"
         return n
     target = level
     if target is None:
-        tops = []
+        ranges = {}
         for alg in common or [algorithm]:
             other, _ = curve(alg)
             if other is None:
                 return Cell(float("nan"), float("nan"), 0, reason=f"no {alg} curve to find the common {level_key}")
-            tops.append(float(other[level_key].max()))
-        target = min(tops)
+            ranges[alg] = (float(other[level_key].min()), float(other[level_key].max()))
+        target = min(hi for _, hi in ranges.values())
+        if target < max(lo for lo, _ in ranges.values()):  # no level that every curve reaches: no equal footing
+            spans = ", ".join(f"{alg} {lo:.3f}-{hi:.3f}" for alg, (lo, hi) in ranges.items())
+            return Cell(float("nan"), float("nan"), 0, reason=f"N/A: the curves' {level_key} ranges do not overlap "
+                        f"({spans}), so there is no common {level_key} to compare at")
     lv, kv = own[level_key].to_numpy(float), own[key].to_numpy(float)
     note = f"{level_key}={target:.3f};runs={n}"
     for i in range(len(lv)):

@@ -270,6 +270,10 @@ def test_on_curve_reads_a_key_where_the_level_is_reached_at_the_common_level():
     assert semi.n == 2 and semi.note == "accuracy=0.700;runs=2"
     fs = reproduce.on_curve(pick, "fs", "discrimination", "cfg.algo.c", common=["semi", "fs"])
     assert fs.mean == pytest.approx(0.11) and fs.n == 1
+    apart = pd.concat([runs_[runs_["algo"] == "semi"], curve("far", [0.0, 0.1], [0.80, 0.85], [0.1, 0.2])])
+    split = reproduce.on_curve(lambda a: apart[apart["algo"] == a], "semi", "discrimination", "cfg.algo.c",
+                               common=["semi", "far"])
+    assert split.n == 0 and "ranges do not overlap (semi 0.610-0.750, far 0.800-0.850)" in split.reason
     never = reproduce.on_curve(pick, "fs", "discrimination", "cfg.algo.c", level=0.9)
     assert never.n == 0 and "never reaches 0.900" in never.reason
     broken = pd.concat([runs_, curve("semi", [0.2], [float("nan")], [float("nan")])], ignore_index=True)
