@@ -678,6 +678,9 @@ class FairSSLLR(_FairLinear):
         cfg, g = self.cfg, self.cfg.graph
         lab = self._parts(data)
         pool = np.flatnonzero(~lab)
+        if cfg.unlabelled_used is not None and cfg.unlabelled_used > len(pool):
+            raise DataError(f"algo.unlabelled_used={cfg.unlabelled_used} is more than the {len(pool)} unlabelled rows "
+                            f"of data={data.name}; allowed: 0-{len(pool)} or null (all of them)")
         if cfg.unlabelled_used is not None and cfg.unlabelled_used < len(pool):  # Figs. 5.2 / 5.6: |D_u| varies
             pool = np.sort(rng.choice(pool, cfg.unlabelled_used, replace=False))
         order = np.concatenate([np.flatnonzero(lab), pool])  # labelled rows first
