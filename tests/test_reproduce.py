@@ -267,7 +267,7 @@ def test_on_curve_reads_a_key_where_the_level_is_reached_at_the_common_level():
     semi = reproduce.on_curve(pick, "semi", "discrimination", "cfg.algo.c", common=["semi", "fs"])
     # common level = min(max semi 0.75, max fs 0.70) = 0.70; semi's mean curve 0.61, 0.69, 0.75 -> between c 0.1 and 0.2
     assert semi.mean == pytest.approx(0.07 + (0.70 - 0.69) / (0.75 - 0.69) * (0.11 - 0.07))
-    assert semi.n == 2 and semi.note == "accuracy=0.700;runs=2"
+    assert semi.n == 2 and semi.note == "runs=2"
     fs = reproduce.on_curve(pick, "fs", "discrimination", "cfg.algo.c", common=["semi", "fs"])
     assert fs.mean == pytest.approx(0.11) and fs.n == 1
     apart = pd.concat([runs_[runs_["algo"] == "semi"], curve("far", [0.0, 0.1], [0.80, 0.85], [0.1, 0.2])])
