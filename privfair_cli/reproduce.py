@@ -178,7 +178,8 @@ def unfinished(sel: pd.DataFrame, key: str) -> Cell | None:
     failed, n = int(sel[key].isna().sum()), len(sel)
     statuses = run_statuses(sel[sel[key].isna()])
     return Cell(float("nan"), float("nan"), 0, reason=f"N/A: {failed} of {n} runs have no {key}"
-                + (f" ({statuses})" if statuses else "") + "; the cell is not averaged over the others")
+                + (f" ({statuses})" if statuses else "")
+                + ("; the cell is not averaged over the others" if failed < n else ""))
 
 
 def mean_of_runs(pick, algorithm: str, key: str) -> Cell:
