@@ -37,6 +37,15 @@ Deviations and resolutions (by spec item):
 - §1.3a solver: w is searched in the row space of X (w = V beta, V the right singular vectors of X with non-zero
   singular values): the same optimum, but without the flat direction that one-hot columns summing to the intercept
   give the unregularised problem; Clarabel first, SCS (eps 1e-9, 120 s) where Clarabel stops short of `optimal`.
+- §1.3a compiled once: a run's w-step (`WStep`) is compiled by cvxpy once and re-solved with Parameters (up to
+  3,000 rows per-row Parameters, `ParametricWStep`; above, only d-vector and scalar Parameters, `LargeWStep`, since
+  per-row Parameters make cvxpy's DPP tensors grow with the square of the rows); the max(0, -m_i) terms of the
+  mistreatment constraint enter through auxiliary t_i >= max(0, -m_i): the same problem, solved to the same
+  tolerance, but the two forms can differ in the solver's rounding (and so, rarely, in `optimal` vs
+  `optimal_inaccurate`).
+- §1.3a CCP start: where the unconstrained optimum already satisfies |Cov| <= c it is returned at once (it is the
+  constrained optimum: the loss is convex and its global minimiser feasible), which the spec's warm start reaches
+  after one CCP step anyway.
 - §1.3a CCP: the linearisation uses the subgradient 0 at the kink of min(0, .); convergence when the relative
   objective change is < `ccp_tol` and every slack <= 1e-7; the final point must satisfy |Cov| <= c + `feas_tol`
   exactly (evaluated on the true, not linearised, constraint) or the run is N/A.
