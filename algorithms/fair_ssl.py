@@ -23,9 +23,11 @@ Deviations and resolutions (by spec item):
   first); the sensitive attribute is never a feature; an intercept column is appended.
 - §0.1 / §8.11: A is float32 (its exp underflows to exactly 0 below ~1e-45, so far pairs have no edge); L_uu is
   built and factorised in float64; the 1e-8 ridge (`graph.ridge`) is added only when the Cholesky factorisation
-  of L_uu fails (an unlabelled component without an edge to a labelled row); the fraction of unlabelled rows
-  with zero degree is reported (`zero_degree_fraction`) and warned about when positive. `graph.sigma_mode:
-  median` sets sigma^2 = the median squared distance between distinct training rows (a documented deviation).
+  of L_uu fails (an unlabelled component without an edge to a labelled row), to the Laplacian of the symmetrised
+  A (the float32 product leaves A asymmetric by ~1e-6, which can make a singular block indefinite); the fraction
+  of unlabelled rows with zero degree is reported (`zero_degree_fraction`) and warned about when positive.
+  `graph.sigma_mode: median` sets sigma^2 = the median squared distance between distinct training rows (a
+  documented deviation).
 - §0.1 memory: a graph whose A (4 N^2 bytes) plus L_uu factor (8 N_u^2 bytes) exceeds `graph.max_gb` is refused
   before it is built, with one line naming its size and the options that shrink it.
 - §1.3a: the cross-entropy of the w-step is the mean over D_l u D_u (§8.15), plus an optional L2 term `l2`
@@ -35,6 +37,15 @@ Deviations and resolutions (by spec item):
 - §1.3a solver: w is searched in the row space of X (w = V beta, V the right singular vectors of X with non-zero
   singular values): the same optimum, but without the flat direction that one-hot columns summing to the intercept
   give the unregularised problem; Clarabel first, SCS (eps 1e-9, 120 s) where Clarabel stops short of `optimal`.
+- §1.3a compiled once: a run's w-step (`WStep`) is compiled by cvxpy once and re-solved with Parameters (up to
+  3,000 rows per-row Parameters, `ParametricWStep`; above, only d-vector and scalar Parameters, `LargeWStep`, since
+  per-row Parameters make cvxpy's DPP tensors grow with the square of the rows); the max(0, -m_i) terms of the
+  mistreatment constraint enter through auxiliary t_i >= max(0, -m_i): the same problem, solved to the same
+  tolerance, but the two forms can differ in the solver's rounding (and so, rarely, in `optimal` vs
+  `optimal_inaccurate`).
+- §1.3a CCP start: where the unconstrained optimum already satisfies |Cov| <= c it is returned at once (it is the
+  constrained optimum: the loss is convex and its global minimiser feasible), which the spec's warm start reaches
+  after one CCP step anyway.
 - §1.3a CCP: the linearisation uses the subgradient 0 at the kink of min(0, .); convergence when the relative
   objective change is < `ccp_tol` and every slack <= 1e-7; the final point must satisfy |Cov| <= c + `feas_tol`
   exactly (evaluated on the true, not linearised, constraint) or the run is N/A.
@@ -42,12 +53,14 @@ Deviations and resolutions (by spec item):
   loss is the plain hinge plus (lam / 2) ||w||^2, prediction 1[w.x >= 0].
 - §8.2: `yu_update: printed` keeps the seed's Eq. 5.16 (sign error) for debugging only.
 - §8.8: `c1` / `c2` default to `c` (null in the config).
+- §1.5 Figs. 5.2 / 5.6: |D_u| is varied by `unlabelled_used` (a seeded random subset of the split's unlabelled rows;
+  null = all), so the labelled and test rows stay the same across the sweep; the rows left out are not in the
+  graph nor in the standardisation.
 - §8.9: a non-optimal solver status gives N/A cells (NaN metrics) with the status in the warnings.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -86,11 +99,16 @@ class FairLinearConfig:
     ccp_max_iter: int = field(metadata=bounds(ge=1))
     ccp_tol: float = field(metadata=bounds(gt=0))
     feas_tol: float = field(metadata=bounds(ge=0))
+    graph: dict  # the graph of the semi-supervised plugins; the Zafar baselines accept it unused (one sweep sets both)
+
+    def __post_init__(self):
+        object.__setattr__(self, "graph", typed(GraphConfig, dict(self.graph), "algo.graph"))
 
 
 @dataclass(frozen=True)
 class ZafarDMConfig(FairLinearConfig):
     def __post_init__(self):
+        super().__post_init__()
         if self.fairness == "di":
             raise ConfigError("algo.fairness=di is not a mistreatment notion for zafar_dm; allowed: omr, fpr, fnr "
                               "(disparate impact is zafar_fc)")
@@ -99,6 +117,7 @@ class ZafarDMConfig(FairLinearConfig):
 @dataclass(frozen=True)
 class ZafarFCConfig(FairLinearConfig):
     def __post_init__(self):
+        super().__post_init__()
         if self.fairness != "di":
             raise ConfigError(f"algo.fairness={self.fairness} is not disparate impact; zafar_fc allows: di "
                               f"(the mistreatment notions are zafar_dm)")
@@ -114,10 +133,7 @@ class FairSSLConfig(FairLinearConfig):
     max_outer: int = field(metadata=bounds(ge=1))
     tol: float = field(metadata=bounds(gt=0))
     yu_update: Literal["corrected", "printed"]
-    graph: dict
-
-    def __post_init__(self):
-        object.__setattr__(self, "graph", typed(GraphConfig, dict(self.graph), "algo.graph"))
+    unlabelled_used: int | None = field(metadata=bounds(ge=0))
 
 
 # ---------------------------------------------------------------------------------------------- the graph
@@ -188,8 +204,16 @@ class Propagator:
                                                  check_finite=False)
                 used = False
             except np.linalg.LinAlgError:
-                factor = scipy.linalg.cho_factor(laplacian_uu(ridge), lower=True, overwrite_a=True,
-                                                 check_finite=False)
+                # a singular block (rows without a path to a labelled row): the ridge, on the Laplacian of the
+                # symmetrised A (the float32 product leaves A asymmetric by ~1e-6, more than the ridge, which can
+                # make such a block indefinite); exactly diagonally dominant, so the ridge makes it definite
+                A_lu = A[n_l:, :n_l].astype(np.float64) + A[:n_l, n_l:].T.astype(np.float64)
+                L = A_uu.astype(np.float64)
+                L += A_uu.T
+                L *= -0.5
+                deg = -L.sum(1) + A_lu.sum(1) / 2
+                L[np.diag_indices_from(L)] += deg + ridge
+                factor = scipy.linalg.cho_factor(L, lower=True, overwrite_a=True, check_finite=False)
                 used = True
         return cls(A, n_l, factor, degree, used)
 
@@ -243,35 +267,73 @@ class Solve:
 def solve_w(X: np.ndarray, y: np.ndarray, sets: list[tuple], cfg, warm: np.ndarray | None = None) -> Solve:
     """The w-step: minimise the mean loss (LR cross-entropy or hinge + lam/2 ||w||^2) over the rows X, y subject to
     |Cov_S(w)| <= c_S for each (X_S, z_S, y_S, c_S) in `sets`. DI: one convex solve; mistreatment: the
-    convex-concave procedure from `warm` (default: the unconstrained solution).
+    convex-concave procedure from `warm` (default: the unconstrained solution). One-off form of `WStep`."""
+    step = WStep(X, [(Xs, zs, c) for Xs, zs, _, c in sets], cfg)
+    return step.solve(y, [ys for _, _, ys, _ in sets], warm)
+
+
+class LargeWStep:
+    """The w-step of a large run (more than `PARAMETRIC_ROWS` rows: Health, Bank), re-solved with small Parameters
+    only (d entries or a scalar): a Parameter with one entry per row multiplying an expression makes cvxpy's DPP
+    tensors grow with the square of the rows (1.4 GB for one such Parameter over 4,000 rows, GBs at Health size).
+
+    - LR: the loss reads the labels only through g = X^T y, sum(logistic(X w)) - g.w, so the unconstrained and the DI
+      problem are compiled once per run, g re-set in every outer iteration;
+    - SVM: the hinge loss depends on each label, so its problems are built once per outer iteration (labels as
+      constants);
+    - mistreatment (convex-concave): the problem of one outer iteration (labels, weights a_i, signs as constants) is
+      built once and re-solved in every CCP iteration with the linearisation (two d-vectors) and tau as Parameters;
+      the max(0, -m_i) terms enter through auxiliary t_i >= max(0, -m_i) with non-negative coefficients, which leaves
+      the feasible set of w unchanged.
 
     w is searched in the row space of X (w = V beta, V the right singular vectors of X with non-zero singular
     values): the loss and the constraints read w only through X w (every constraint row is a row of X), so the
     optimum is the same, but one-hot columns that sum to the intercept no longer leave the unregularised
-    problem with a flat direction (which interior-point solvers report as `optimal_inaccurate`)."""
-    _, sv, Vt = np.linalg.svd(X, full_matrices=False)
-    V = Vt[sv > sv[0] * 1e-10].T if len(sv) and sv[0] > 0 else np.eye(X.shape[1])
-    sol = _solve_reduced(X @ V, y, [(Xs @ V, zs, ys, c) for Xs, zs, ys, c in sets], cfg,
-                         None if warm is None else V.T @ warm)
-    return dataclasses.replace(sol, w=V @ sol.w)
+    problem with a flat direction (which interior-point solvers report as `optimal_inaccurate`).
 
+    `sets`: (X_S, z_S, c_S) per constraint; the labels y_S of each set are given to `solve` (they change with y_u)."""
 
-def _solve_reduced(X: np.ndarray, y: np.ndarray, sets: list[tuple], cfg, warm: np.ndarray | None = None) -> Solve:
-    import cvxpy as cp
+    def __init__(self, X: np.ndarray, sets: list[tuple], cfg):
+        import cvxpy as cp
 
-    n, d = X.shape
-    w = cp.Variable(d)
-    score = X @ w
-    if cfg.model == "lr":
-        loss = (cp.sum(cp.logistic(score)) - (y.astype(float) @ score)) / n
-    else:
-        loss = cp.sum(cp.pos(1 - cp.multiply(2.0 * y - 1.0, score))) / n
-    if cfg.l2 > 0:
-        loss = loss + cfg.l2 / 2 * cp.sum_squares(w)
+        self.cfg = cfg
+        _, sv, Vt = np.linalg.svd(X, full_matrices=False)
+        self.V = Vt[sv > sv[0] * 1e-10].T if len(sv) and sv[0] > 0 else np.eye(X.shape[1])
+        self.Xr = X @ self.V
+        n, d = self.Xr.shape
+        self.w = cp.Variable(d)
+        self.score = self.Xr @ self.w
+        self.sets = [(Xs @ self.V, np.asarray(zs, float), float(c)) for Xs, zs, c in sets]
+        self.di_cons = []
+        if cfg.fairness == "di":
+            for Xs, zs, c in self.sets:
+                a = di_vector(Xs, zs)
+                self.di_cons += [a @ self.w <= c, -(a @ self.w) <= c]
+        if cfg.model == "lr":
+            self.g = cp.Parameter(d)
+            self.lr_loss = self._regularised((cp.sum(cp.logistic(self.score)) - self.g @ self.w) / n)
+            self.lr_free = cp.Problem(cp.Minimize(self.lr_loss))
+            self.lr_di = cp.Problem(cp.Minimize(self.lr_loss), self.di_cons) if self.di_cons else None
 
-    def run(problem) -> str:
+    def _regularised(self, loss):
+        import cvxpy as cp
+
+        return loss + self.cfg.l2 / 2 * cp.sum_squares(self.w) if self.cfg.l2 > 0 else loss
+
+    def _loss(self, y: np.ndarray):
+        """The loss at labels y: LR re-sets g = X^T y of the compiled loss; SVM builds the hinge with y as constants."""
+        import cvxpy as cp
+
+        if self.cfg.model == "lr":
+            self.g.value = self.Xr.T @ y
+            return self.lr_loss
+        return self._regularised(cp.sum(cp.pos(1 - cp.multiply(2.0 * y - 1.0, self.score))) / len(y))
+
+    def _run(self, problem) -> str:
         """Clarabel, then SCS at high accuracy where Clarabel stops short of `optimal` (its exponential-cone
         steps sometimes end `optimal_inaccurate` on problems SCS solves); the status is the last solver's."""
+        import cvxpy as cp
+
         status = "not solved"
         scs = {"eps": 1e-9, "max_iters": 200_000, "time_limit_secs": 120.0}  # a stalled fallback ends, N/A
         for solver, opts in ((cp.CLARABEL, {}), (cp.SCS, scs)):
@@ -286,55 +348,239 @@ def _solve_reduced(X: np.ndarray, y: np.ndarray, sets: list[tuple], cfg, warm: n
                 break
         return status
 
-    if cfg.fairness == "di" or not sets:
-        cons = []
-        for Xs, zs, _, c in sets:
-            a = di_vector(Xs, zs)
-            cons += [a @ w <= c, -(a @ w) <= c]
-        status = run(cp.Problem(cp.Minimize(loss), cons))
-        ok = status == "optimal" and w.value is not None
-        return Solve(np.asarray(w.value if w.value is not None else np.zeros(d)), status, ok)
+    def _result(self, beta: np.ndarray, status: str, ok: bool, it: int = 1) -> Solve:
+        return Solve(self.V @ beta, status, ok, it)
 
-    if warm is None:
-        base = _solve_reduced(X, y, [], cfg)
-        if not base.ok:
-            return base
-        warm = base.w
-    terms = [dm_terms(Xs, zs, ys, cfg.fairness) + (c,) for Xs, zs, ys, c in sets]
-    wk, tau, prev = np.asarray(warm, float), cfg.tau, np.inf
-    status, it = "optimal", 0
-    for it in range(1, cfg.ccp_max_iter + 1):
-        cons, slacks = [], []
-        for Xs, ys, a, c in terms:
+    def solve(self, y: np.ndarray, set_labels: list[np.ndarray], warm: np.ndarray | None = None) -> Solve:
+        """Solve with labels y (all rows) and y_S per set; `warm` (a w) starts the convex-concave procedure."""
+        import cvxpy as cp
+
+        y = np.asarray(y, float)
+        loss = self._loss(y)
+        lr = self.cfg.model == "lr"
+        d = self.V.shape[1]
+        if not self.sets or self.cfg.fairness == "di":
+            if lr:
+                problem = self.lr_di or self.lr_free
+            else:
+                problem = cp.Problem(cp.Minimize(loss), self.di_cons)
+            status = self._run(problem)
+            ok = status == "optimal" and self.w.value is not None
+            return self._result(np.asarray(self.w.value if self.w.value is not None else np.zeros(d)), status, ok)
+        if warm is None:
+            status = self._run(self.lr_free if lr else cp.Problem(cp.Minimize(loss)))
+            if status != "optimal" or self.w.value is None:
+                return self._result(np.zeros(d), status, False)
+            beta = np.asarray(self.w.value, float)
+        else:
+            beta = self.V.T @ np.asarray(warm, float)
+        terms = [dm_terms(Xs, zs, ys, self.cfg.fairness) + (c,)
+                 for (Xs, zs, c), ys in zip(self.sets, set_labels, strict=True)]
+
+        def worst(b: np.ndarray) -> float:
+            return max((abs(dm_cov(b, Xs, ys, a)) - c for Xs, ys, a, c in terms if len(a)), default=-1.0)
+
+        if warm is None and worst(beta) <= 0:
+            # the unconstrained optimum satisfies |Cov| <= c: it is the constrained optimum (the loss is convex and
+            # its global minimiser is feasible), the point the first CCP step from it would return
+            return self._result(beta, "optimal", True, 1)
+        cons, slacks, lins = [], [], []
+        for Xs, ys, a, c in terms:  # the rows S' of each set, their signed labels and weights (constants here)
             if not len(a):
                 continue
-            active = (ys * (Xs @ wk)) < 0  # where min(0, yt x.w) is the linear branch at w_k
-            margin = cp.multiply(ys, Xs @ w)
-            convex_neg = cp.pos(-margin)  # -min(0, m) = max(0, -m), convex
             pos, neg = a > 0, a < 0
-            # Cov = sum_{a>0} a g (concave) + sum_{a<0} |a| (-g) (convex): linearise the concave part at w_k.
-            lin_pos = (a * active * pos) @ margin
-            lin_neg = (-a * active * neg) @ margin
+            t = cp.Variable(len(a), nonneg=True)  # t_i >= max(0, -m_i) = -min(0, m_i), m_i = yt_i x_i.w
+            lin_pos, lin_neg = cp.Parameter(d), cp.Parameter(d)  # the linearised concave part, as a d-vector
             s1, s2 = cp.Variable(nonneg=True), cp.Variable(nonneg=True)
-            cons += [lin_pos + (-a * neg) @ convex_neg <= c + s1,   # Cov <= c
-                     lin_neg + (a * pos) @ convex_neg <= c + s2]    # -Cov <= c
+            cons += [t >= -cp.multiply(ys, Xs @ self.w),
+                     lin_pos @ self.w + (-a * neg) @ t <= c + s1,   # Cov <= c
+                     lin_neg @ self.w + (a * pos) @ t <= c + s2]    # -Cov <= c
             slacks += [s1, s2]
-        penalty = tau * cp.sum(cp.hstack(slacks)) if slacks else 0
-        problem = cp.Problem(cp.Minimize(loss + penalty), cons)
-        status = run(problem)
-        if status != "optimal" or w.value is None:
-            return Solve(wk, status, False, it)
-        wk = np.asarray(w.value, float)
-        slack = max((float(s.value) for s in slacks), default=0.0)
-        obj = float(loss.value)
-        if slack <= 1e-7 and abs(prev - obj) <= cfg.ccp_tol * max(1.0, abs(obj)):
-            break
-        prev = obj
-        tau = min(cfg.mu * tau, cfg.tau_max)
-    worst = max((abs(dm_cov(wk, Xs, ys, a)) - c for Xs, ys, a, c in terms if len(a)), default=-1.0)
-    if worst > cfg.feas_tol:
-        return Solve(wk, f"ccp_infeasible (|Cov| exceeds c by {worst:.2g} after {it} iterations)", False, it)
-    return Solve(wk, "optimal", True, it)
+            lins.append((Xs, ys, a, lin_pos, lin_neg))
+        tau = cp.Parameter(nonneg=True)
+        problem = cp.Problem(cp.Minimize(loss + tau * cp.sum(cp.hstack(slacks))), cons)
+        tau_k, prev, status, it = self.cfg.tau, np.inf, "optimal", 0
+        for it in range(1, self.cfg.ccp_max_iter + 1):
+            for Xs, ys, a, lin_pos, lin_neg in lins:
+                active = (ys * (Xs @ beta)) < 0  # where min(0, yt x.w) is the linear branch at w_k
+                # Cov = sum_{a>0} a g (concave) + sum_{a<0} |a| (-g) (convex): linearise the concave part at w_k
+                lin_pos.value = Xs.T @ (a * active * (a > 0) * ys)
+                lin_neg.value = Xs.T @ (-a * active * (a < 0) * ys)
+            tau.value = tau_k
+            status = self._run(problem)
+            if status != "optimal" or self.w.value is None:
+                return self._result(beta, status, False, it)
+            beta = np.asarray(self.w.value, float)
+            slack = max((float(s.value) for s in slacks), default=0.0)
+            obj = float(loss.value)
+            if slack <= 1e-7 and abs(prev - obj) <= self.cfg.ccp_tol * max(1.0, abs(obj)):
+                break
+            prev = obj
+            tau_k = min(self.cfg.mu * tau_k, self.cfg.tau_max)
+        gap = worst(beta)
+        if gap > self.cfg.feas_tol:
+            return self._result(beta, f"ccp_infeasible (|Cov| exceeds c by {gap:.2g} after {it} iterations)", False,
+                                it)
+        return self._result(beta, "optimal", True, it)
+
+
+class ParametricWStep:
+    """The w-step of a small run (at most `PARAMETRIC_ROWS` rows), compiled once per run and re-solved in every outer
+    iteration (and CCP iteration) with new labels and linearisation points: the labels, signs and weights enter as
+    cvxpy Parameters with one entry per row (DPP), so cvxpy canonicalises the problem once per run instead of once
+    per solve. (Such Parameters make cvxpy's DPP tensors grow with the square of the rows: `LargeWStep` above.)
+
+    w is searched in the row space of X (w = V beta, V the right singular vectors of X with non-zero singular
+    values): the loss and the constraints read w only through X w (every constraint row is a row of X), so the
+    optimum is the same, but one-hot columns that sum to the intercept no longer leave the unregularised
+    problem with a flat direction (which interior-point solvers report as `optimal_inaccurate`).
+
+    `sets`: (X_S, z_S, c_S) per constraint; the labels y_S of each set are given to `solve` (they change with y_u).
+    The mistreatment constraint max(0, -m_i) terms enter through auxiliary t_i >= max(0, -m_i) with non-negative
+    coefficients, which leaves the feasible set of w unchanged and keeps the problem DPP."""
+
+    def __init__(self, X: np.ndarray, sets: list[tuple], cfg):
+        import cvxpy as cp
+
+        self.cfg = cfg
+        _, sv, Vt = np.linalg.svd(X, full_matrices=False)
+        self.V = Vt[sv > sv[0] * 1e-10].T if len(sv) and sv[0] > 0 else np.eye(X.shape[1])
+        Xr = X @ self.V
+        n, d = Xr.shape
+        self.w = w = cp.Variable(d)
+        self.target = cp.Parameter(n)  # y (LR) or 2y - 1 (SVM)
+        score = Xr @ w
+        if cfg.model == "lr":
+            loss = (cp.sum(cp.logistic(score)) - self.target @ score) / n
+        else:
+            loss = cp.sum(cp.pos(1 - cp.multiply(self.target, score))) / n
+        if cfg.l2 > 0:
+            loss = loss + cfg.l2 / 2 * cp.sum_squares(w)
+        self.loss = loss
+        self.sets = [(Xs @ self.V, np.asarray(zs, float), float(c)) for Xs, zs, c in sets]
+        self.free = cp.Problem(cp.Minimize(loss))
+        self.problem = None
+        if not self.sets:
+            return
+        if cfg.fairness == "di":
+            cons = []
+            for Xs, zs, c in self.sets:
+                a = di_vector(Xs, zs)
+                cons += [a @ w <= c, -(a @ w) <= c]
+            self.problem = cp.Problem(cp.Minimize(loss), cons)
+            return
+        cons, self.slacks, self.params = [], [], []
+        for Xs, _, c in self.sets:
+            m = len(Xs)
+            sgn = cp.Parameter(m)
+            lin_pos, lin_neg = cp.Parameter(m), cp.Parameter(m)
+            cvx_pos, cvx_neg = cp.Parameter(m, nonneg=True), cp.Parameter(m, nonneg=True)
+            t = cp.Variable(m, nonneg=True)  # t_i >= max(0, -m_i) = -min(0, m_i), m_i = yt_i x_i.w
+            s1, s2 = cp.Variable(nonneg=True), cp.Variable(nonneg=True)
+            xw = Xs @ w
+            cons += [t >= -cp.multiply(sgn, xw),
+                     lin_pos @ xw + cvx_neg @ t <= c + s1,   # Cov <= c
+                     lin_neg @ xw + cvx_pos @ t <= c + s2]   # -Cov <= c
+            self.slacks += [s1, s2]
+            self.params.append((sgn, lin_pos, lin_neg, cvx_pos, cvx_neg))
+        self.tau = cp.Parameter(nonneg=True)
+        self.problem = cp.Problem(cp.Minimize(loss + self.tau * cp.sum(cp.hstack(self.slacks))), cons)
+
+    def _run(self, problem) -> str:
+        """Clarabel, then SCS at high accuracy where Clarabel stops short of `optimal` (its exponential-cone
+        steps sometimes end `optimal_inaccurate` on problems SCS solves); the status is the last solver's."""
+        import cvxpy as cp
+
+        status = "not solved"
+        scs = {"eps": 1e-9, "max_iters": 200_000, "time_limit_secs": 120.0}  # a stalled fallback ends, N/A
+        for solver, opts in ((cp.CLARABEL, {}), (cp.SCS, scs)):
+            try:
+                with warnings.catch_warnings():  # "Solution may be inaccurate": the status says so
+                    warnings.simplefilter("ignore", UserWarning)
+                    problem.solve(solver=solver, **opts)
+                status = str(problem.status)
+            except cp.error.SolverError as err:
+                status = f"solver_error ({str(err).splitlines()[0][:80]})"
+            if status == "optimal":
+                break
+        return status
+
+    def _result(self, beta: np.ndarray, status: str, ok: bool, it: int = 1) -> Solve:
+        return Solve(self.V @ beta, status, ok, it)
+
+    def solve(self, y: np.ndarray, set_labels: list[np.ndarray], warm: np.ndarray | None = None) -> Solve:
+        """Solve with labels y (all rows) and y_S per set; `warm` (a w) starts the convex-concave procedure."""
+        y = np.asarray(y, float)
+        self.target.value = y if self.cfg.model == "lr" else 2.0 * y - 1.0
+        d = self.V.shape[1]
+        if self.problem is None or self.cfg.fairness == "di":
+            problem = self.problem or self.free
+            status = self._run(problem)
+            ok = status == "optimal" and self.w.value is not None
+            return self._result(np.asarray(self.w.value if self.w.value is not None else np.zeros(d)), status, ok)
+        if warm is None:
+            status = self._run(self.free)
+            if status != "optimal" or self.w.value is None:
+                return self._result(np.zeros(d), status, False)
+            beta = np.asarray(self.w.value, float)
+        else:
+            beta = self.V.T @ np.asarray(warm, float)
+        terms = [dm_terms(Xs, zs, ys, self.cfg.fairness) + (c,)
+                 for (Xs, zs, c), ys in zip(self.sets, set_labels, strict=True)]
+
+        def worst(b: np.ndarray) -> float:
+            return max((abs(dm_cov(b, Xs, ys, a)) - c for Xs, ys, a, c in terms if len(a)), default=-1.0)
+
+        if warm is None and worst(beta) <= 0:
+            # the unconstrained optimum satisfies |Cov| <= c: it is the constrained optimum (the loss is convex and
+            # its global minimiser is feasible), the point the first CCP step from it would return
+            return self._result(beta, "optimal", True, 1)
+        full = []  # per set: signed labels and weights a_i over all rows of S (0 outside S')
+        for (Xs, zs, _), ys in zip(self.sets, set_labels, strict=True):
+            yt = 2.0 * np.asarray(ys, float) - 1.0
+            keep = {"omr": np.ones(len(yt), bool), "fpr": yt < 0, "fnr": yt > 0}[self.cfg.fairness]
+            a = np.zeros(len(yt))
+            if keep.any():
+                zk = zs[keep]
+                a[keep] = (zk - zk.mean()) / keep.sum()
+            full.append((Xs, yt, a))
+        tau, prev, status, it = self.cfg.tau, np.inf, "optimal", 0
+        for it in range(1, self.cfg.ccp_max_iter + 1):
+            for (Xs, yt, a), (sgn, lin_pos, lin_neg, cvx_pos, cvx_neg) in zip(full, self.params, strict=True):
+                active = (yt * (Xs @ beta)) < 0  # where min(0, yt x.w) is the linear branch at w_k
+                pos, neg = a > 0, a < 0
+                # Cov = sum_{a>0} a g (concave) + sum_{a<0} |a| (-g) (convex): linearise the concave part at w_k
+                sgn.value = yt
+                lin_pos.value = a * active * pos * yt
+                lin_neg.value = -a * active * neg * yt
+                cvx_pos.value = a * pos
+                cvx_neg.value = -a * neg
+            self.tau.value = tau
+            status = self._run(self.problem)
+            if status != "optimal" or self.w.value is None:
+                return self._result(beta, status, False, it)
+            beta = np.asarray(self.w.value, float)
+            slack = max((float(s.value) for s in self.slacks), default=0.0)
+            obj = float(self.loss.value)
+            if slack <= 1e-7 and abs(prev - obj) <= self.cfg.ccp_tol * max(1.0, abs(obj)):
+                break
+            prev = obj
+            tau = min(self.cfg.mu * tau, self.cfg.tau_max)
+        gap = worst(beta)
+        if gap > self.cfg.feas_tol:
+            return self._result(beta, f"ccp_infeasible (|Cov| exceeds c by {gap:.2g} after {it} iterations)", False,
+                                it)
+        return self._result(beta, "optimal", True, it)
+
+
+PARAMETRIC_ROWS = 3000  # rows up to which the w-step takes per-row Parameters (ParametricWStep)
+
+
+def WStep(X: np.ndarray, sets: list[tuple], cfg):  # noqa: N802  (a factory: the w-step object of one run)
+    """The w-step of one run over the rows X with constraint sets (X_S, z_S, c_S): `ParametricWStep` (compiled once
+    per run) up to `PARAMETRIC_ROWS` rows, `LargeWStep` above. Both solve the same problem; they differ in what
+    cvxpy compiles once, and so in the solver's rounding."""
+    return (ParametricWStep if len(X) <= PARAMETRIC_ROWS else LargeWStep)(X, sets, cfg)
 
 
 # ---------------------------------------------------------------------------------------------- metrics
@@ -428,27 +674,32 @@ class FairSSLLR(_FairLinear):
     name = "fair_ssl_lr"
     Config = FairSSLConfig
 
-    def _sets(self, X, z, y, n_l):
+    def _sets(self, n_l: int) -> list[tuple[slice, float]]:
+        """The rows (labelled rows first) and threshold of each constraint of the scope (spec §1.3a)."""
         cfg = self.cfg
         c1 = cfg.c if cfg.c1 is None else cfg.c1
         c2 = cfg.c if cfg.c2 is None else cfg.c2
         lab, unl = slice(0, n_l), slice(n_l, None)
-        return {"labeled": [(X[lab], z[lab], y[lab], cfg.c)],
-                "unlabeled": [(X[unl], z[unl], y[unl], cfg.c)],
-                "combined": [(X[lab], z[lab], y[lab], c1), (X[unl], z[unl], y[unl], c2)],
-                "mixed": [(X, z, y, cfg.c)]}[cfg.constraint_scope]
+        return {"labeled": [(lab, cfg.c)], "unlabeled": [(unl, cfg.c)], "combined": [(lab, c1), (unl, c2)],
+                "mixed": [(slice(None), cfg.c)]}[cfg.constraint_scope]
 
     def fit(self, data, budget, ledger, rng, device="cpu"):
         cfg, g = self.cfg, self.cfg.graph
         lab = self._parts(data)
-        order = np.concatenate([np.flatnonzero(lab), np.flatnonzero(~lab)])  # labelled rows first
-        n_l, n_u = int(lab.sum()), int((~lab).sum())
+        pool = np.flatnonzero(~lab)
+        if cfg.unlabelled_used is not None and cfg.unlabelled_used > len(pool):
+            raise DataError(f"algo.unlabelled_used={cfg.unlabelled_used} is more than the {len(pool)} unlabelled rows "
+                            f"of data={data.name}; allowed: 0-{len(pool)} or null (all of them)")
+        if cfg.unlabelled_used is not None and cfg.unlabelled_used < len(pool):  # Figs. 5.2 / 5.6: |D_u| varies
+            pool = np.sort(rng.choice(pool, cfg.unlabelled_used, replace=False))
+        order = np.concatenate([np.flatnonzero(lab), pool])  # labelled rows first
+        n_l, n_u = int(lab.sum()), len(pool)
         if n_u == 0 and cfg.constraint_scope in ("unlabeled", "combined"):
             raise DataError(f"algo.constraint_scope={cfg.constraint_scope} needs unlabelled rows and data="
                             f"{data.name} gives none; allowed without them: labeled, mixed "
                             f"(or data.unlabelled_size > 0)")
         check_graph_fits(n_l + n_u, n_u, g)
-        self._fit_scaler(data.X)
+        self._fit_scaler(data.X[order])
         X = self._standardise(data.X[order])
         z = data.s[order].astype(float)
         y_l = data.y[order][:n_l].astype(int)
@@ -463,10 +714,12 @@ class FairSSLLR(_FairLinear):
                       f"(sigma={self.sigma:g}; spec §8.11): their labels come from the classifier alone")
         self.statuses, self.failed = [], None
         y_u = (graph.harmonic(y_l) >= cfg.T).astype(int) if n_u else np.zeros(0, int)
+        sets = self._sets(n_l)
+        step = WStep(X, [(X[rows], z[rows], c) for rows, c in sets], cfg)  # compiled once, re-solved below
         prev_obj, self.outer = np.inf, 0
         for self.outer in range(1, cfg.max_outer + 1):
             y = np.concatenate([y_l, y_u])
-            sol = solve_w(X, y, self._sets(X, z, y, n_l), cfg)
+            sol = step.solve(y, [y[rows] for rows, _ in sets])
             self._record(sol)
             self.y_fit = y  # the labels the current w was fitted on
             if not sol.ok or not n_u:
@@ -498,7 +751,8 @@ class FairSSLLR(_FairLinear):
         return float(loss + self.cfg.alpha * graph.smoothness(y))
 
     def extra_metrics(self) -> dict[str, float]:
-        return {"zero_degree_fraction": self.zero_degree, "sigma": float(self.sigma),
+        return {"unlabelled_used": float(len(self.y_u)), "zero_degree_fraction": self.zero_degree,
+                "sigma": float(self.sigma),
                 "ridge_used": float(self.ridge_used), "outer_iterations": float(self.outer),
                 "graph_seconds": float(self.graph_seconds),
                 "y_u_positive_rate": float(self.y_u.mean()) if len(self.y_u) else float("nan")}

@@ -18,7 +18,9 @@ of the two statistics when both sides summarise `runs` runs); `deviates` otherwi
 paper publishes (`statistic`): for `mean` (the default) a cell is the mean and sample std of its runs and `c = 1`;
 for `median` it is the median and the robust spread `1.4826 MAD` (a consistent estimate of the std) and
 `c = sqrt(pi / 2)`, the asymptotic efficiency factor of the median's standard error; `substitute` where our
-dataset stands in for one that is not public; `not_run` where no run matched the cell.
+dataset stands in for one that is not public; `not_run` where no run matched the cell, or where some of its runs
+have no value for the metric (a solver that did not reach an optimal status reports NaN): such a cell is N/A with
+the number of failed runs and the statuses their warnings name, never a mean over the remaining runs.
 
 Keys of the `reproduce:` block (REQUIRED, then optional):
 - `published` (a CSV under results/published), `table` (one name or a list), `datasets` ({published: card, or a
@@ -37,6 +39,8 @@ Keys of the `reproduce:` block (REQUIRED, then optional):
   Default `mean_of_runs`; `privfair_cli.reproduce.ratio` ({denominator, scale, undefined}) gives
   `scale * mean(algorithm) / mean(denominator)` (e.g. PreFair's Greedy as % of MST); `privfair_cli.reproduce.pipeline`
   picks a composable pipeline's runs by the published `<pre>+<gen>` name (FFPDG Tables 1-5).
+  `privfair_cli.reproduce.on_curve` ({x, level_key, level, common}) reads a number off a trade-off curve (a key at
+  the x where another key reaches a level, e.g. "Dis at the same accuracy").
 - `label` (default "{metric}"): the metric label of each published cell; `variants`: extra rows after each cell,
   the same cell measured on another of our keys: a list of `{keys: {our key: other key}, label: "{metric} [..]",
   reason: text}` (`{metric}` and `{key}` are filled in).
@@ -151,9 +155,39 @@ class Cell:
     reason: str = ""
 
 
+STATUS = re.compile(r"status '([^']*)'|status \"([^\"]*)\"")  # a solver status quoted in a run's warning
+
+
+def run_statuses(sel: pd.DataFrame) -> str:
+    """The solver statuses the runs of `sel` name in their warnings (`status '...'`), with counts, e.g.
+    "status 'optimal_inaccurate' in 2 runs"; '' where none names one (or the runs have no folder)."""
+    found: dict[str, int] = {}
+    for run_dir in sel["run_dir"] if "run_dir" in sel else []:
+        rec, _ = results.read_record(Path(run_dir))
+        names = {m.group(1) or m.group(2) for w in (rec or {}).get("warnings", []) for m in STATUS.finditer(str(w))}
+        for name in names:
+            found[name] = found.get(name, 0) + 1
+    return "; ".join(f"status '{k}' in {v} run{'s' * (v > 1)}" for k, v in sorted(found.items()))
+
+
+def unfinished(sel: pd.DataFrame, key: str) -> Cell | None:
+    """A cell some of whose runs have no value for `key` (e.g. a solver that did not reach an optimal status
+    reports NaN): N/A, with how many runs failed and the statuses they report, never a number over the rest."""
+    if key not in sel or not sel[key].isna().any():
+        return None
+    failed, n = int(sel[key].isna().sum()), len(sel)
+    statuses = run_statuses(sel[sel[key].isna()])
+    return Cell(float("nan"), float("nan"), 0, reason=f"N/A: {failed} of {n} runs have no {key}"
+                + (f" ({statuses})" if statuses else "")
+                + ("; the cell is not averaged over the others" if failed < n else ""))
+
+
 def mean_of_runs(pick, algorithm: str, key: str) -> Cell:
-    """The default cell: mean and sample std of `key` over the runs of `algorithm`."""
+    """The default cell: mean and sample std of `key` over the runs of `algorithm`; N/A (`unfinished`) when any of
+    those runs has no value for `key`."""
     sel = pick(algorithm)
+    if (na := unfinished(sel, key)) is not None:
+        return na
     values = sel[key].dropna() if key in sel else pd.Series(dtype=float)
     n = len(values)
     return Cell(float(values.mean()) if n else float("nan"), float(values.std(ddof=1)) if n > 1 else float("nan"),
@@ -164,6 +198,8 @@ def median_of_runs(pick, algorithm: str, key: str) -> Cell:
     """The cell of a paper that publishes medians: median of `key` over the runs of `algorithm`, with the robust
     spread `1.4826 MAD` in place of the std (it estimates the std of normal runs and ignores outlying ones)."""
     sel = pick(algorithm)
+    if (na := unfinished(sel, key)) is not None:
+        return na
     values = sel[key].dropna().to_numpy(dtype=float) if key in sel else np.empty(0)
     n = len(values)
     if not n:
@@ -211,6 +247,54 @@ def stopping_rule(pick, algorithm: str, key: str, trainer: str = "dpsgd_es") -> 
     """A cell of a stopping rule (early_stopping.md): every rule reads the same `trainer` runs, which report the
     rule's numbers as `<rule>_<key>` (one training run serves all rules)."""
     return mean_of_runs(lambda _: pick(trainer), trainer, f"{algorithm}_{key}")
+
+
+def on_curve(pick, algorithm: str, key: str, x: str, level_key: str = "accuracy", level: float | None = None,
+             common: list[str] | None = None) -> Cell:
+    """A number read off a trade-off curve (e.g. "at the same accuracy, Semi's Dis is about 0.08"): `key` of
+    `algorithm` where its curve of `level_key` against the swept run column `x` (means over the runs at each x)
+    reaches `level`, linearly interpolated between the two neighbouring x that bracket it (the first crossing from
+    the low end of x). `level` None: the highest `level_key` that every algorithm of `common` reaches (their common
+    level; N/A when their ranges do not overlap). `n` is the fewest runs at an x of the curve; the std is not
+    defined. A curve that never reaches the level, or whose runs have no value (`unfinished`), is N/A with the
+    reason."""
+
+    def curve(alg: str):
+        sel = pick(alg)
+        if sel.empty or x not in sel or key not in sel or level_key not in sel:
+            return None, Cell(float("nan"), float("nan"), 0)
+        na = unfinished(sel, key) or unfinished(sel, level_key)
+        if na is not None:
+            return None, na
+        grouped = sel.groupby(x)
+        return grouped[[level_key, key]].mean().sort_index(), int(grouped.size().min())
+
+    own, n = curve(algorithm)
+    if own is None:
+        return n
+    target = level
+    if target is None:
+        ranges = {}
+        for alg in common or [algorithm]:
+            other, _ = curve(alg)
+            if other is None:
+                return Cell(float("nan"), float("nan"), 0, reason=f"no {alg} curve to find the common {level_key}")
+            ranges[alg] = (float(other[level_key].min()), float(other[level_key].max()))
+        target = min(hi for _, hi in ranges.values())
+        if target < max(lo for lo, _ in ranges.values()):  # no level that every curve reaches: no equal footing
+            spans = ", ".join(f"{alg} {lo:.3f}-{hi:.3f}" for alg, (lo, hi) in ranges.items())
+            return Cell(float("nan"), float("nan"), 0, reason=f"N/A: the curves' {level_key} ranges do not overlap "
+                        f"({spans}), so there is no common {level_key} to compare at")
+    lv, kv = own[level_key].to_numpy(float), own[key].to_numpy(float)
+    note = f"runs={n}"  # the level is not noted: a subset reaches another one (the regression guard matches settings)
+    for i in range(len(lv)):
+        if math.isclose(lv[i], target, abs_tol=1e-12):
+            return Cell(float(kv[i]), float("nan"), n, note)
+        if i + 1 < len(lv) and min(lv[i], lv[i + 1]) < target < max(lv[i], lv[i + 1]):
+            t = (target - lv[i]) / (lv[i + 1] - lv[i])
+            return Cell(float(kv[i] + t * (kv[i + 1] - kv[i])), float("nan"), n, note)
+    return Cell(float("nan"), float("nan"), 0, reason=f"{algorithm}'s {level_key} never reaches {target:.3f} "
+                f"(range {lv.min():.3f}-{lv.max():.3f})")
 
 
 def _cell_function(spec: dict):

@@ -88,7 +88,8 @@ def toy(n=300, seed=0):
 
 def cfg(**kw):
     base = {"model": "lr", "fairness": "di", "c": 0.0, "l2": 0.0, "tau": 1.0, "mu": 1.2, "tau_max": 1e10,
-            "ccp_max_iter": 100, "ccp_tol": 1e-6, "feas_tol": 1e-6}
+            "ccp_max_iter": 100, "ccp_tol": 1e-6, "feas_tol": 1e-6,
+            "graph": {"sigma": 0.5, "sigma_mode": "fixed", "ridge": 1e-8, "max_gb": 6.0}}
     return typed(fair_ssl.FairLinearConfig, base | kw)
 
 
@@ -226,3 +227,22 @@ def test_collinear_columns_do_not_change_the_solution():
     b = fair_ssl.solve_w(dup, y, [(dup, z, y, 0.01)], cfg(c=0.01))
     assert a.ok and b.ok
     np.testing.assert_allclose(dup @ b.w, X @ a.w, atol=1e-5)
+
+
+def test_unlabelled_used_keeps_the_split_and_uses_that_many_unlabelled_rows():
+    """Figs. 5.2 / 5.6: `unlabelled_used` = k fits on the same labelled rows and k of the unlabelled ones (0: the
+    labelled rows alone, which with a non-binding c is plain LR on them)."""
+    from sklearn.linear_model import LogisticRegression
+
+    train, _ = ssl_table()
+    seen = datasets.hide_labels(train)
+    lab = seen.y >= 0
+    some, _ = fit("fair_ssl_lr", seen, c=1e6, unlabelled_used=50)
+    assert len(some.y_u) == 50 and some.extra_metrics()["unlabelled_used"] == 50
+    none, _ = fit("fair_ssl_lr", seen, c=1e6, l2=1e-2, unlabelled_used=0)
+    assert len(none.y_u) == 0 and none.outer == 1
+    X = none._standardise(seen.X[lab])
+    ref = LogisticRegression(C=1 / (len(X) * 1e-2), fit_intercept=False, tol=1e-12, max_iter=10_000)
+    np.testing.assert_allclose(none.w, ref.fit(X, seen.y[lab]).coef_[0], atol=1e-4)
+    # the standardisation is fitted on the rows in use only
+    np.testing.assert_allclose(none.mean, seen.X[lab].mean(0))

@@ -222,3 +222,61 @@ def test_bad_statistic_fails_in_one_line(tmp_path, monkeypatch, block, match):
     monkeypatch.setenv("PRIVFAIR_CONFIG_DIR", str(tmp_path))
     with pytest.raises(ConfigError, match=match):
         reproduce.experiment_spec("x")
+
+
+def test_a_cell_with_failed_runs_is_na_never_a_mean_of_the_rest(tmp_path):
+    """A run whose solver did not reach an optimal status reports NaN: its cell is N/A (not_run, no number) with
+    how many runs failed and the statuses their warnings name, under the mean and the median statistic alike."""
+    import json
+
+    accs = [0.70, float("nan"), 0.72, float("nan")]
+    df = runs("privlr", 1, accs)
+    dirs = []
+    for i, acc in enumerate(accs):
+        d = tmp_path / f"run{i}"
+        d.mkdir()
+        warn = [] if acc == acc else ["privlr: the w-step solver ended with status 'optimal_inaccurate': N/A"]
+        rec = {"algo": "privlr", "data": "adult", "eps": 1.0, "delta": 0.0, "seed": i,
+               "metrics": {"accuracy": None if acc != acc else acc}, "privacy": {}, "timings": {}, "env": {},
+               "warnings": warn}
+        (d / "metrics.json").write_text(json.dumps(rec))
+        dirs.append(str(d))
+    df["run_dir"] = dirs
+    for spec in (SPEC, SPEC | {"statistic": "median"}):
+        out = reproduce.compare(df, PUBLISHED, spec).set_index(["dataset", "algorithm", "setting"])
+        cell = out.loc[("Adult", "privlr", "eps=1;runs=10")]
+        assert cell.verdict == "not_run" and math.isnan(cell.ours_mean) and cell.runs == 0
+        assert "N/A: 2 of 4 runs have no accuracy" in cell.reason
+        assert "status 'optimal_inaccurate' in 2 runs" in cell.reason
+    # every run finished: the usual mean
+    ok = reproduce.compare(runs("privlr", 1, [0.70, 0.72]), PUBLISHED, SPEC).set_index(
+        ["dataset", "algorithm", "setting"]).loc[("Adult", "privlr", "eps=1;runs=10")]
+    assert ok.ours_mean == pytest.approx(0.71) and ok.runs == 2
+
+
+def test_on_curve_reads_a_key_where_the_level_is_reached_at_the_common_level():
+    """`on_curve`: mean curves over runs per x; the key is interpolated linearly where the level key reaches the level;
+    with no level, the highest level every `common` algorithm reaches."""
+    def curve(algo, xs, accs, dis):
+        return pd.DataFrame({"algo": algo, "cfg.algo.c": xs, "accuracy": accs, "discrimination": dis})
+
+    runs_ = pd.concat([curve("semi", [0.0, 0.0, 0.1, 0.1, 0.2, 0.2], [0.60, 0.62, 0.68, 0.70, 0.74, 0.76],
+                             [0.01, 0.03, 0.06, 0.08, 0.10, 0.12]),
+                       curve("fs", [0.0, 0.1, 0.2], [0.62, 0.66, 0.70], [0.05, 0.09, 0.11])], ignore_index=True)
+    pick = lambda algo: runs_[runs_["algo"] == algo]  # noqa: E731
+    semi = reproduce.on_curve(pick, "semi", "discrimination", "cfg.algo.c", common=["semi", "fs"])
+    # common level = min(max semi 0.75, max fs 0.70) = 0.70; semi's mean curve 0.61, 0.69, 0.75 -> between c 0.1 and 0.2
+    assert semi.mean == pytest.approx(0.07 + (0.70 - 0.69) / (0.75 - 0.69) * (0.11 - 0.07))
+    assert semi.n == 2 and semi.note == "runs=2"
+    fs = reproduce.on_curve(pick, "fs", "discrimination", "cfg.algo.c", common=["semi", "fs"])
+    assert fs.mean == pytest.approx(0.11) and fs.n == 1
+    apart = pd.concat([runs_[runs_["algo"] == "semi"], curve("far", [0.0, 0.1], [0.80, 0.85], [0.1, 0.2])])
+    split = reproduce.on_curve(lambda a: apart[apart["algo"] == a], "semi", "discrimination", "cfg.algo.c",
+                               common=["semi", "far"])
+    assert split.n == 0 and "ranges do not overlap (semi 0.610-0.750, far 0.800-0.850)" in split.reason
+    never = reproduce.on_curve(pick, "fs", "discrimination", "cfg.algo.c", level=0.9)
+    assert never.n == 0 and "never reaches 0.900" in never.reason
+    broken = pd.concat([runs_, curve("semi", [0.2], [float("nan")], [float("nan")])], ignore_index=True)
+    na = reproduce.on_curve(lambda a: broken[broken["algo"] == a], "semi", "discrimination", "cfg.algo.c",
+                            common=["semi", "fs"])
+    assert na.n == 0 and na.reason.startswith("N/A: 1 of 7 runs")
