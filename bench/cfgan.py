@@ -59,7 +59,7 @@ class NodeLoop(CFGANModel):
 
     def __init__(self, *a, **k):
         super().__init__(*a, **k)
-        self.levels = [torch.as_tensor([i], device=self.ens.device) for i in range(self.N)]
+        self._set_levels([[i] for i in range(self.N)])
 
 
 def main() -> None:
