@@ -16,6 +16,8 @@ LR predictor).
 
 Schedule (§2.3 / §3.4): AE pre-training, phase 1 with lambda = mu = 0, phase 2 with the configured weights; each
 iteration `d_steps` discriminator steps, then `g_steps` joint G(+decoder, + eta) steps, each on a fresh batch.
+A term whose weight is 0 (D2 / D3 in phase 1) is not evaluated: its gradient is exactly zero, so D2 / D3 get the
+zero-gradient Adam step (only the L2 decay moves their weights), as when the term was computed and multiplied by 0.
 `profile: full` runs the epochs of the config (the spec's 200 / 2000 / 2000 at batch 100); `fast` is spec §11's
 CPU profile (batch 500, 50 / 150 / 150 epochs); `smoke` is 5 epochs per phase at batch 100 (tests, CI).
 
