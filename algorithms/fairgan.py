@@ -278,8 +278,8 @@ class FairGANModel:
     # -- losses (per member, shape (E,))
     def d_loss(self, real, fake, lam: float, mu: float) -> torch.Tensor:
         (v, y, s), (vf, yf, sf) = real, fake
-        loss = gan.bce(self.D1(self._cond(v, y, s))[..., 0], torch.ones_like(s)) + gan.bce(
-            self.D1(self._cond(vf, yf, sf))[..., 0], torch.zeros_like(sf))
+        d_real, d_fake = self.D1.many([self._cond(v, y, s), self._cond(vf, yf, sf)])  # one pass, own batch means
+        loss = gan.bce(d_real[..., 0], torch.ones_like(s)) + gan.bce(d_fake[..., 0], torch.zeros_like(sf))
         if self.D2 is not None and lam:  # a zero weight: zero gradient, the term is skipped (not computed)
             loss = loss + lam * gan.bce(self.D2(self._d2_input(vf, yf))[..., 0], sf, self._weights(sf))
         if self.D3 is not None and mu:

@@ -146,6 +146,29 @@ class MLP(Module):
         return self.out(layers[-1](x))
 
 
+    def many(self, xs: list[torch.Tensor]) -> list[torch.Tensor]:
+        """`[self(x) for x in xs]` as one pass over the rows of all of them (each x keeps its own batch mean)."""
+        if len(xs) == 1:
+            return [self(xs[0])]
+        sizes = [x.shape[1] for x in xs]
+        x = torch.cat(xs, 1)
+        layers = self.layers
+        if self.minibatch_mean:
+            first, k = layers[0], x.shape[-1]
+            top = torch.bmm(x, first.W[:, :k])
+            means = torch.cat([xi.mean(1, keepdim=True) for xi in xs], 1)  # (E, len(xs), k)
+            bottom = torch.baddbmm(first.b, means, first.W[:, k:])
+            reps = torch.as_tensor(sizes, device=x.device)
+            x = top + bottom.repeat_interleave(reps, dim=1, output_size=x.shape[1])
+            x = self.hidden(x) if len(layers) > 1 else x
+            layers = layers[1:]
+        if layers:
+            for layer in layers[:-1]:
+                x = self.hidden(layer(x))
+            x = layers[-1](x)
+        return list(torch.split(self.out(x), sizes, 1))
+
+
 class BatchNorm(Module):
     def __init__(self, ens: Ensemble, width: int, momentum: float = 0.01, eps: float = 1e-3):
         self.scale = _param(torch.ones(ens.E, 1, width, device=ens.device))
