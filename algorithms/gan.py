@@ -16,7 +16,8 @@ API (all tensors on one device, float32):
 - `Linear(ens, fan_in, fan_out, bias=True)`: Glorot-uniform weights, zero bias; `layer(x)`.
 - `MLP(ens, sizes, hidden="relu", out=None, minibatch_mean=False)`: `sizes = [in, h1, ..., out]`; with
   `minibatch_mean` the input is concatenated with its batch mean first (medGAN's minibatch averaging, so the
-  first layer reads `2 * in` features).
+  first layer reads `2 * in` features). `mlp.many([x1, x2, ...])`: the same outputs as `[mlp(x1), mlp(x2), ...]`
+  (each with its own batch mean) from one pass over the concatenated rows.
 - `BatchNorm(ens, width, momentum)`: batch statistics in training mode, running statistics in eval mode
   (`momentum` = weight of the new batch, torch convention: TF decay 0.99 = 0.01).
 - `ResidualGenerator(ens, noise_dim, n_conditions, layers=2, momentum=0.01)`: medGAN / FairGAN generator:
