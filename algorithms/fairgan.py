@@ -16,6 +16,8 @@ LR predictor).
 
 Schedule (§2.3 / §3.4): AE pre-training, phase 1 with lambda = mu = 0, phase 2 with the configured weights; each
 iteration `d_steps` discriminator steps, then `g_steps` joint G(+decoder, + eta) steps, each on a fresh batch.
+A term whose weight is 0 (D2 / D3 in phase 1) is not evaluated: its gradient is exactly zero, so D2 / D3 get the
+zero-gradient Adam step (only the L2 decay moves their weights), as when the term was computed and multiplied by 0.
 `profile: full` runs the epochs of the config (the spec's 200 / 2000 / 2000 at batch 100); `fast` is spec §11's
 CPU profile (batch 500, 50 / 150 / 150 epochs); `smoke` is 5 epochs per phase at batch 100 (tests, CI).
 
@@ -218,8 +220,7 @@ class FairGANModel:
         self.opt_ae = gan.adam([self.ae], cfg.lr, cfg.weight_decay)
         self.opt_d = gan.adam(self.d_modules, cfg.lr, cfg.weight_decay)
         self.opt_g = gan.adam(self.g_modules, cfg.lr, cfg.weight_decay)
-        self.d_params = [p for m in self.d_modules for p in m.parameters()]
-        self.g_params = [p for m in self.g_modules for p in m.parameters()]
+        self.d_params, self.g_params, self.ae_params = self.opt_d.params, self.opt_g.params, self.opt_ae.params
 
     # -- data
     def set_data(self, X: np.ndarray, y: np.ndarray, s: np.ndarray) -> None:
@@ -228,11 +229,13 @@ class FairGANModel:
         self.y = torch.as_tensor(y, dtype=torch.float32, device=dev)
         self.s = torch.as_tensor(s, dtype=torch.float32, device=dev)
         self.V = torch.cat([self.X, self.y[:, None]], 1) if self.generated else self.X
+        self.table = torch.cat([self.V, self.y[:, None], self.s[:, None]], 1).contiguous()  # one gather per batch
         self.p_s, self.p_y = float(self.s.mean()), float(self.y.mean())
 
     def real_batch(self, B: int):
         idx = gan.batches(self.ens, len(self.X), B)
-        return self.V[idx], self.y[idx], self.s[idx]
+        rows = self.table.index_select(0, idx.reshape(-1)).view(self.ens.E, B, -1)
+        return rows[..., :-2], rows[..., -2], rows[..., -1]
 
     def fake_batch(self, B: int):
         """(v-hat soft (E, B, vdim), y' (E, B), s' (E, B)); y' is the generated label in `generated` mode."""
@@ -275,11 +278,11 @@ class FairGANModel:
     # -- losses (per member, shape (E,))
     def d_loss(self, real, fake, lam: float, mu: float) -> torch.Tensor:
         (v, y, s), (vf, yf, sf) = real, fake
-        loss = gan.bce(self.D1(self._cond(v, y, s))[..., 0], torch.ones_like(s)) + gan.bce(
-            self.D1(self._cond(vf, yf, sf))[..., 0], torch.zeros_like(sf))
-        if self.D2 is not None:
+        d_real, d_fake = self.D1.many([self._cond(v, y, s), self._cond(vf, yf, sf)])  # one pass, own batch means
+        loss = gan.bce(d_real[..., 0], torch.ones_like(s)) + gan.bce(d_fake[..., 0], torch.zeros_like(sf))
+        if self.D2 is not None and lam:  # a zero weight: zero gradient, the term is skipped (not computed)
             loss = loss + lam * gan.bce(self.D2(self._d2_input(vf, yf))[..., 0], sf, self._weights(sf))
-        if self.D3 is not None:
+        if self.D3 is not None and mu:
             logits, target, w = self._d3_terms(v, y, s, vf, yf, sf)
             loss = loss + mu * gan.bce(logits, target, w)
         return loss
@@ -288,20 +291,20 @@ class FairGANModel:
         """G's (and decoder's) loss plus eta's: the gradient w.r.t. G and eta of this sum is each player's own."""
         (v, y, s), (vf, yf, sf) = real, fake
         loss = gan.bce(self.D1(self._cond(vf, yf, sf))[..., 0], torch.ones_like(sf))
-        if self.D2 is not None:
+        if self.D2 is not None and lam:
             logits, w = self.D2(self._d2_input(vf, yf))[..., 0], self._weights(sf)
             loss = loss + lam * (-gan.bce(logits, sf, w) if self.cfg.adv_mode == "minimax" else gan.bce(
                 logits, 1 - sf, w))
         if self.eta is not None:
             loss = loss + gan.bce(self.eta(vf)[..., 0], yf) + gan.bce(self.eta(v)[..., 0], y)
-        if self.D3 is not None:
+        if self.D3 is not None and mu:
             logits, target, w = self._d3_terms(v, y, s, vf, yf, sf)
             loss = loss + mu * (-gan.bce(logits, target, w) if self.cfg.adv_mode == "minimax" else gan.bce(
                 logits, 1 - target, w))
         return loss
 
     # -- training
-    def pretrain_step(self, B: int) -> float:
+    def pretrain_step(self, B: int) -> torch.Tensor:
         v, _, _ = self.real_batch(B)
         logits = self.ae.decode_logits(self.ae.encode(v))
         if self.cfg.ae_loss == "bce":
@@ -309,8 +312,8 @@ class FairGANModel:
         else:
             per = (torch.sigmoid(logits) - v) ** 2
         loss = per.sum(2).mean(1)
-        gan.step(self.opt_ae, self.ae.parameters(), loss.sum())
-        return float(loss.detach().mean())
+        gan.step(self.opt_ae, self.ae_params, loss.sum())
+        return loss.detach()  # (E,), left on the device (no host sync per step)
 
     def iteration(self, B: int, lam: float, mu: float) -> None:
         for _ in range(self.cfg.d_steps):
@@ -327,7 +330,7 @@ class FairGANModel:
         sched = self.cfg.schedule()
         B = sched["batch_size"]
         per_epoch = math.ceil(len(X) / B)
-        gan.train_loop(sched["pretrain_epochs"] * per_epoch, lambda i: self.pretrain_step(B) and None,
+        gan.train_loop(sched["pretrain_epochs"] * per_epoch, lambda i: self.pretrain_step(B) is None,
                        f"{description} autoencoder")
         phases = [(sched["phase1_epochs"], 0.0, 0.0), (sched["phase2_epochs"], self.cfg.lambda_, self.cfg.mu)]
         total = sum(e for e, _, _ in phases) * per_epoch
