@@ -272,7 +272,59 @@ def solve_w(X: np.ndarray, y: np.ndarray, sets: list[tuple], cfg, warm: np.ndarr
     return step.solve(y, [ys for _, _, ys, _ in sets], warm)
 
 
-class LargeWStep:
+class _WStep:
+    """What both forms of the w-step share: the solvers they run and the solution they return (w = V beta)."""
+
+    V: np.ndarray
+    cfg: object
+    sets: list
+    w: object
+
+    def _run(self, problem) -> str:
+        """Clarabel, then SCS at high accuracy where Clarabel stops short of `optimal` (its exponential-cone
+        steps sometimes end `optimal_inaccurate` on problems SCS solves); the status is the last solver's."""
+        import cvxpy as cp
+
+        status = "not solved"
+        scs = {"eps": 1e-9, "max_iters": 200_000, "time_limit_secs": 120.0}  # a stalled fallback ends, N/A
+        for solver, opts in ((cp.CLARABEL, {}), (cp.SCS, scs)):
+            try:
+                with warnings.catch_warnings():  # "Solution may be inaccurate": the status says so
+                    warnings.simplefilter("ignore", UserWarning)
+                    problem.solve(solver=solver, **opts)
+                status = str(problem.status)
+            except cp.error.SolverError as err:
+                status = f"solver_error ({str(err).splitlines()[0][:80]})"
+            if status == "optimal":
+                break
+        return status
+
+    def _result(self, beta: np.ndarray, status: str, ok: bool, it: int = 1) -> Solve:
+        return Solve(self.V @ beta, status, ok, it)
+
+    @staticmethod
+    def _worst(beta: np.ndarray, terms: list[tuple]) -> float:
+        """The largest |Cov| - c over the constraint sets at w = V beta (<= 0: feasible)."""
+        return max((abs(dm_cov(beta, Xs, ys, a)) - c for Xs, ys, a, c in terms if len(a)), default=-1.0)
+
+    def _ccp_start(self, free, warm, set_labels) -> tuple[np.ndarray, list[tuple], Solve | None]:
+        """The convex-concave procedure's start: `warm` (a w), or the solution of the unconstrained problem
+        `free()`; with the sets' mistreatment terms. The third item is the w-step's answer when no iteration is
+        needed: the unconstrained solve failed, or its optimum satisfies |Cov| <= c and so is the constrained
+        optimum (the loss is convex and its global minimiser is feasible: the point the first CCP step would
+        return)."""
+        terms = [dm_terms(Xs, zs, ys, self.cfg.fairness) + (c,)
+                 for (Xs, zs, c), ys in zip(self.sets, set_labels, strict=True)]
+        if warm is not None:
+            return self.V.T @ np.asarray(warm, float), terms, None
+        status = self._run(free())
+        if status != "optimal" or self.w.value is None:
+            return np.zeros(self.V.shape[1]), terms, self._result(np.zeros(self.V.shape[1]), status, False)
+        beta = np.asarray(self.w.value, float)
+        return beta, terms, (self._result(beta, "optimal", True, 1) if self._worst(beta, terms) <= 0 else None)
+
+
+class LargeWStep(_WStep):
     """The w-step of a large run (more than `PARAMETRIC_ROWS` rows: Health, Bank), re-solved with small Parameters
     only (d entries or a scalar): a Parameter with one entry per row multiplying an expression makes cvxpy's DPP
     tensors grow with the square of the rows (1.4 GB for one such Parameter over 4,000 rows, GBs at Health size).
@@ -329,28 +381,6 @@ class LargeWStep:
             return self.lr_loss
         return self._regularised(cp.sum(cp.pos(1 - cp.multiply(2.0 * y - 1.0, self.score))) / len(y))
 
-    def _run(self, problem) -> str:
-        """Clarabel, then SCS at high accuracy where Clarabel stops short of `optimal` (its exponential-cone
-        steps sometimes end `optimal_inaccurate` on problems SCS solves); the status is the last solver's."""
-        import cvxpy as cp
-
-        status = "not solved"
-        scs = {"eps": 1e-9, "max_iters": 200_000, "time_limit_secs": 120.0}  # a stalled fallback ends, N/A
-        for solver, opts in ((cp.CLARABEL, {}), (cp.SCS, scs)):
-            try:
-                with warnings.catch_warnings():  # "Solution may be inaccurate": the status says so
-                    warnings.simplefilter("ignore", UserWarning)
-                    problem.solve(solver=solver, **opts)
-                status = str(problem.status)
-            except cp.error.SolverError as err:
-                status = f"solver_error ({str(err).splitlines()[0][:80]})"
-            if status == "optimal":
-                break
-        return status
-
-    def _result(self, beta: np.ndarray, status: str, ok: bool, it: int = 1) -> Solve:
-        return Solve(self.V @ beta, status, ok, it)
-
     def solve(self, y: np.ndarray, set_labels: list[np.ndarray], warm: np.ndarray | None = None) -> Solve:
         """Solve with labels y (all rows) and y_S per set; `warm` (a w) starts the convex-concave procedure."""
         import cvxpy as cp
@@ -367,23 +397,10 @@ class LargeWStep:
             status = self._run(problem)
             ok = status == "optimal" and self.w.value is not None
             return self._result(np.asarray(self.w.value if self.w.value is not None else np.zeros(d)), status, ok)
-        if warm is None:
-            status = self._run(self.lr_free if lr else cp.Problem(cp.Minimize(loss)))
-            if status != "optimal" or self.w.value is None:
-                return self._result(np.zeros(d), status, False)
-            beta = np.asarray(self.w.value, float)
-        else:
-            beta = self.V.T @ np.asarray(warm, float)
-        terms = [dm_terms(Xs, zs, ys, self.cfg.fairness) + (c,)
-                 for (Xs, zs, c), ys in zip(self.sets, set_labels, strict=True)]
-
-        def worst(b: np.ndarray) -> float:
-            return max((abs(dm_cov(b, Xs, ys, a)) - c for Xs, ys, a, c in terms if len(a)), default=-1.0)
-
-        if warm is None and worst(beta) <= 0:
-            # the unconstrained optimum satisfies |Cov| <= c: it is the constrained optimum (the loss is convex and
-            # its global minimiser is feasible), the point the first CCP step from it would return
-            return self._result(beta, "optimal", True, 1)
+        beta, terms, done = self._ccp_start(lambda: self.lr_free if lr else cp.Problem(cp.Minimize(loss)), warm,
+                                            set_labels)
+        if done is not None:
+            return done
         cons, slacks, lins = [], [], []
         for Xs, ys, a, c in terms:  # the rows S' of each set, their signed labels and weights (constants here)
             if not len(a):
@@ -417,14 +434,14 @@ class LargeWStep:
                 break
             prev = obj
             tau_k = min(self.cfg.mu * tau_k, self.cfg.tau_max)
-        gap = worst(beta)
+        gap = self._worst(beta, terms)
         if gap > self.cfg.feas_tol:
             return self._result(beta, f"ccp_infeasible (|Cov| exceeds c by {gap:.2g} after {it} iterations)", False,
                                 it)
         return self._result(beta, "optimal", True, it)
 
 
-class ParametricWStep:
+class ParametricWStep(_WStep):
     """The w-step of a small run (at most `PARAMETRIC_ROWS` rows), compiled once per run and re-solved in every outer
     iteration (and CCP iteration) with new labels and linearisation points: the labels, signs and weights enter as
     cvxpy Parameters with one entry per row (DPP), so cvxpy canonicalises the problem once per run instead of once
@@ -486,28 +503,6 @@ class ParametricWStep:
         self.tau = cp.Parameter(nonneg=True)
         self.problem = cp.Problem(cp.Minimize(loss + self.tau * cp.sum(cp.hstack(self.slacks))), cons)
 
-    def _run(self, problem) -> str:
-        """Clarabel, then SCS at high accuracy where Clarabel stops short of `optimal` (its exponential-cone
-        steps sometimes end `optimal_inaccurate` on problems SCS solves); the status is the last solver's."""
-        import cvxpy as cp
-
-        status = "not solved"
-        scs = {"eps": 1e-9, "max_iters": 200_000, "time_limit_secs": 120.0}  # a stalled fallback ends, N/A
-        for solver, opts in ((cp.CLARABEL, {}), (cp.SCS, scs)):
-            try:
-                with warnings.catch_warnings():  # "Solution may be inaccurate": the status says so
-                    warnings.simplefilter("ignore", UserWarning)
-                    problem.solve(solver=solver, **opts)
-                status = str(problem.status)
-            except cp.error.SolverError as err:
-                status = f"solver_error ({str(err).splitlines()[0][:80]})"
-            if status == "optimal":
-                break
-        return status
-
-    def _result(self, beta: np.ndarray, status: str, ok: bool, it: int = 1) -> Solve:
-        return Solve(self.V @ beta, status, ok, it)
-
     def solve(self, y: np.ndarray, set_labels: list[np.ndarray], warm: np.ndarray | None = None) -> Solve:
         """Solve with labels y (all rows) and y_S per set; `warm` (a w) starts the convex-concave procedure."""
         y = np.asarray(y, float)
@@ -518,23 +513,9 @@ class ParametricWStep:
             status = self._run(problem)
             ok = status == "optimal" and self.w.value is not None
             return self._result(np.asarray(self.w.value if self.w.value is not None else np.zeros(d)), status, ok)
-        if warm is None:
-            status = self._run(self.free)
-            if status != "optimal" or self.w.value is None:
-                return self._result(np.zeros(d), status, False)
-            beta = np.asarray(self.w.value, float)
-        else:
-            beta = self.V.T @ np.asarray(warm, float)
-        terms = [dm_terms(Xs, zs, ys, self.cfg.fairness) + (c,)
-                 for (Xs, zs, c), ys in zip(self.sets, set_labels, strict=True)]
-
-        def worst(b: np.ndarray) -> float:
-            return max((abs(dm_cov(b, Xs, ys, a)) - c for Xs, ys, a, c in terms if len(a)), default=-1.0)
-
-        if warm is None and worst(beta) <= 0:
-            # the unconstrained optimum satisfies |Cov| <= c: it is the constrained optimum (the loss is convex and
-            # its global minimiser is feasible), the point the first CCP step from it would return
-            return self._result(beta, "optimal", True, 1)
+        beta, terms, done = self._ccp_start(lambda: self.free, warm, set_labels)
+        if done is not None:
+            return done
         full = []  # per set: signed labels and weights a_i over all rows of S (0 outside S')
         for (Xs, zs, _), ys in zip(self.sets, set_labels, strict=True):
             yt = 2.0 * np.asarray(ys, float) - 1.0
@@ -566,7 +547,7 @@ class ParametricWStep:
                 break
             prev = obj
             tau = min(self.cfg.mu * tau, self.cfg.tau_max)
-        gap = worst(beta)
+        gap = self._worst(beta, terms)
         if gap > self.cfg.feas_tol:
             return self._result(beta, f"ccp_infeasible (|Cov| exceeds c by {gap:.2g} after {it} iterations)", False,
                                 it)
