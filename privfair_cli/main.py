@@ -142,6 +142,11 @@ class Job:
                 self.error = err
             return
         threads.limit_threads()
+        if os.environ.get("PRIVFAIR_SWEEP_PID", str(os.getpid())) != str(os.getpid()):
+            # a sweep's worker process: Ctrl-C reaches the whole process group, and the launching process answers
+            # it (it stops the sweep and its workers); a worker that raised on its own could do so outside a job
+            # (between jobs, in joblib's loop) and print a traceback
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
         messages: list[str] = []
         try:
             record = runner.run(cfg, run_dir, log=messages.append, overrides=task)
