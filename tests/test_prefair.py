@@ -109,14 +109,19 @@ def prufer_trees(d):
         yield edges
 
 
-@pytest.mark.parametrize("seed", range(4))
-def test_exact_search_equals_brute_force(seed):
+def random_search_problem(seed: int):
+    """Six attributes with random roles (2 protected, 1 admissible, 1 outcome, 2 free) and random pair weights."""
     rng = np.random.default_rng(seed)
     d = 6
     labels = np.array(["P", "A", "O", "F", "P", "F"])[rng.permutation(d)]
     roles = pf.Roles(*(frozenset(np.flatnonzero(labels == r).tolist()) for r in "PAO"))
     I, J = pf.pairs_of(d)
-    w = rng.uniform(0, 10, size=I.size)
+    return d, roles, I, J, rng.uniform(0, 10, size=I.size)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_exact_search_equals_brute_force(seed):
+    d, roles, I, J, w = random_search_problem(seed)
     weight = {(int(i), int(j)): x for i, j, x in zip(I, J, w, strict=True)}
     best = min(sum(weight[tuple(sorted(e))] for e in t) for t in prufer_trees(d) if pf.is_fair(t, d, roles))
     edges, _ = pf.best_fair_tree(w, I, J, d, roles)
@@ -192,12 +197,7 @@ def _reference_search(w, I, J, d, roles):
 
 @pytest.mark.parametrize("seed", range(3))
 def test_ref_code_search_replays_the_reference_heap_search(seed):
-    rng = np.random.default_rng(seed)
-    d = 6
-    labels = np.array(["P", "A", "O", "F", "P", "F"])[rng.permutation(d)]
-    roles = pf.Roles(*(frozenset(np.flatnonzero(labels == r).tolist()) for r in "PAO"))
-    I, J = pf.pairs_of(d)
-    w = rng.uniform(0, 10, size=I.size)
+    d, roles, I, J, w = random_search_problem(seed)
     edges, _ = pf.ref_code_search(w, I, J, d, roles)
     assert pf.is_fair(edges, d, roles) and len(edges) == d - 1
     assert sorted(tuple(sorted(e)) for e in edges) == _reference_search(w, I, J, d, roles)
