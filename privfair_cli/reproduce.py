@@ -412,15 +412,16 @@ def sweep_run_dirs(overrides: list[str], sweep_dir: Path) -> list[Path]:
 
 def without_cuda(spec: dict, overrides: list[str]) -> list[str] | None:
     """The overrides to use on a machine without CUDA: the experiment's `without_cuda` overrides (e.g. its census
-    cells only) under the user's own, or None when it declares `without_cuda: skip` (GPU-only tables)."""
+    cells only) under the user's own, or None when it declares `without_cuda: skip` (tables that take hours on a
+    CPU) and the user did not name the data (`data=...`: the user chose those runs, e.g. MNIST on a CPU)."""
     import torch
 
     rule = spec.get("without_cuda")
     if rule is None or torch.cuda.is_available():
         return overrides
-    if rule == "skip":
-        return None
     given = {o.split("=", 1)[0].lstrip("+~") for o in overrides}
+    if rule == "skip":
+        return overrides if "data" in given else None
     return [o for o in rule if o.split("=", 1)[0].lstrip("+~") not in given] + list(overrides)
 
 
@@ -466,8 +467,8 @@ def reproduce(name: str, overrides: list[str], run: bool = True, sweep_dir: Path
     sweep_dir = sweep_dir or root / "runs"
     effective = without_cuda(spec, overrides) if run else overrides
     if effective is None:
-        print(f"skip {name}: it needs a CUDA GPU at the paper's size (`privfair run -m experiment={name}` forces "
-              f"it on this machine)")
+        print(f"skip {name}: without a CUDA device it takes hours at the paper's size; name its data to run it on "
+              f"this machine (`privfair reproduce {name} data=...`)")
         return None
     failed: list[str] = []
     if run:

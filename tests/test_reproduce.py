@@ -48,6 +48,10 @@ def test_without_cuda(monkeypatch):
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert reproduce.without_cuda({"without_cuda": "skip"}, []) is None
+    assert reproduce.without_cuda({"without_cuda": "skip"}, ["seed=range(1)"]) is None
+    # naming the data is choosing the runs: they run on the CPU
+    assert reproduce.without_cuda({"without_cuda": "skip"}, ["data=mnist", "seed=range(1)"]) == \
+        ["data=mnist", "seed=range(1)"]
     rule = {"without_cuda": ["data=adult,dutch", "seed=range(5)"]}
     assert reproduce.without_cuda(rule, ["seed=range(2)"]) == ["data=adult,dutch", "seed=range(2)"]
     assert reproduce.without_cuda({}, ["x=1"]) == ["x=1"]
