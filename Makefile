@@ -35,8 +35,10 @@ test: setup
 test-all: setup
 	$(BIN)/python -m pytest
 
+# Every paper table; JOBS runs side by side (make reproduce JOBS=0: one per core).
+JOBS ?= 1
 reproduce: setup
-	$(BIN)/privfair reproduce all
+	$(BIN)/privfair reproduce all --jobs $(JOBS)
 
 # The regression guard: every experiment's fast subset, re-run fresh and compared with its committed comparison.
 regress: setup

@@ -232,13 +232,13 @@ def cmd_reproduce(args) -> int:
     if args.name != "all" and args.name not in group_options("experiment"):
         raise ConfigError(f"experiment {args.name!r} is unknown; allowed: all, "
                           f"{', '.join(group_options('experiment'))}")
-    overrides = [o for o in args.overrides if o != "--check"]
-    if args.check or len(overrides) != len(args.overrides):
-        return _check(names, overrides)
+    check, jobs, overrides = _reproduce_options(args)
+    if check:
+        return _check(names, overrides, jobs)
     failed, times = [], {}
     for name in names:
         start = time.perf_counter()
-        comparison = reproduce.reproduce(name, overrides)
+        comparison = reproduce.reproduce(name, overrides, jobs=jobs)
         times[name] = time.perf_counter() - start
         if comparison is not None and comparison.attrs["failed"]:
             failed.append(name)
@@ -250,11 +250,40 @@ def cmd_reproduce(args) -> int:
     return 1 if failed else 0
 
 
-def _check(names: list[str], overrides: list[str]) -> int:
+def _reproduce_options(args) -> tuple[bool, int, list[str]]:
+    """--check and --jobs N, also where they follow the experiment's overrides (which take the rest of the line)."""
+    check, jobs, overrides, rest = args.check, _jobs(args.jobs), [], list(args.overrides)
+    while rest:
+        item = rest.pop(0)
+        if item == "--check":
+            check = True
+        elif item == "--jobs" or item.startswith("--jobs="):
+            value = item.split("=", 1)[1] if "=" in item else (rest.pop(0) if rest else "")
+            jobs = _jobs(value)
+        elif item.startswith("-"):
+            raise ConfigError(f"unknown option {item}; `privfair reproduce` takes NAME, --check, --jobs N and "
+                              f"Hydra overrides key=value")
+        else:
+            overrides.append(item)
+    return check, jobs, overrides
+
+
+def _jobs(value) -> int:
+    """`--jobs N`: runs side by side, N >= 1 (0: one per core)."""
+    try:
+        n = int(value)
+    except (TypeError, ValueError):
+        n = -1
+    if n < 0:
+        raise ConfigError(f"--jobs {value!r}; allowed: a whole number >= 1 (runs side by side), or 0 for one per core")
+    return n or (os.cpu_count() or 1)
+
+
+def _check(names: list[str], overrides: list[str], jobs: int = 1) -> int:
     """`reproduce NAME --check`: the regression guard (privfair_cli.regress); exit 1 when a cell regressed."""
     from privfair_cli import regress
 
-    outcomes = [regress.check(name, overrides) for name in names]
+    outcomes = [regress.check(name, overrides, jobs) for name in names]
     print(regress.summary(outcomes))
     return 0 if all(o.ok for o in outcomes) else 1
 
@@ -290,6 +319,8 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("name", help="experiment name (see `privfair list`) or `all`")
     rp.add_argument("--check", action="store_true", help="regression guard: re-run the fast subset in a fresh folder "
                     "and fail when a cell drifts from the committed comparison (never writes it)")
+    rp.add_argument("--jobs", default="1", help="runs side by side on this machine's cores (each with its share of "
+                    "the threads; 0 = one per core); default 1")
     rp.add_argument("overrides", nargs=argparse.REMAINDER, help="extra Hydra overrides, e.g. seed='range(3)'")
     au = sub.add_parser("audit", help="empirical lower bound on an algorithm's eps: algo=A data=D eps=E [audit.*]")
     au.add_argument("overrides", nargs=argparse.REMAINDER, help="algo=, data=, eps= and other run overrides; "

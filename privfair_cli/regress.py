@@ -139,9 +139,9 @@ def _cell_failures(new, old, factor: float = 1.0) -> list[str]:
     return out
 
 
-def check(name: str, overrides: list[str] | None = None) -> Outcome:
-    """Run the fast subset of `name` (with `overrides` on top) in a fresh folder and compare with the committed
-    comparison; the committed comparison is only read."""
+def check(name: str, overrides: list[str] | None = None, jobs: int = 1) -> Outcome:
+    """Run the fast subset of `name` (with `overrides` on top; `jobs` runs side by side) in a fresh folder and
+    compare with the committed comparison; the committed comparison is only read."""
     spec = rp.experiment_spec(name)
     outcome = Outcome(name)
     fast = fast_overrides(spec, name)
@@ -157,7 +157,7 @@ def check(name: str, overrides: list[str] | None = None) -> Outcome:
     committed = pd.read_csv(committed_csv, dtype=str, keep_default_na=False)
     sweep = rp.subset_dir(rp.RESULTS_ROOT / "reproduce" / name, subset) / "runs"
     shutil.rmtree(sweep, ignore_errors=True)  # a fresh run: nothing of an earlier version is reused
-    fresh = rp.reproduce(name, subset, sweep_dir=sweep)
+    fresh = rp.reproduce(name, subset, sweep_dir=sweep, jobs=jobs)
     if fresh is None:
         outcome.skipped = "needs a CUDA device (without_cuda: skip)"
         return outcome

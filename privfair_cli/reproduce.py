@@ -455,11 +455,11 @@ def draw(spec: dict, runs: pd.DataFrame, comparison: pd.DataFrame, out: Path, na
         _target(fig, "figure")(runs, comparison, out, name=name)
 
 
-def reproduce(name: str, overrides: list[str], run: bool = True, sweep_dir: Path | None = None
+def reproduce(name: str, overrides: list[str], run: bool = True, sweep_dir: Path | None = None, jobs: int = 1
               ) -> pd.DataFrame | None:
     """Run (unless `run=False`) and compare; returns the comparison with `attrs` `failed` (run folders whose run
     raised) and `out` (the folder it was written to). `sweep_dir` (default `runs/`) is where the runs go (the
-    regression guard uses a fresh one)."""
+    regression guard uses a fresh one); `jobs` runs that many side by side (`sweep.run_inprocess`)."""
     from privfair_cli.sweep import run_inprocess
 
     spec = experiment_spec(name)
@@ -474,7 +474,7 @@ def reproduce(name: str, overrides: list[str], run: bool = True, sweep_dir: Path
     if run:
         if effective != overrides:
             print(f"{name}: no CUDA device, running the CPU cells only ({' '.join(effective)})")
-        failed = run_inprocess([f"experiment={name}", *effective], sweep_dir).failed
+        failed = run_inprocess([f"experiment={name}", *effective], sweep_dir, workers=jobs).failed
     # the canonical comparison reads the full sweep's runs (whatever part of it has run); a subset reads its own
     runs = collect_runs(sweep_run_dirs([f"experiment={name}", *(effective if overrides else [])], sweep_dir),
                         spec)

@@ -1,9 +1,10 @@
 """The in-process sweep `reproduce` uses, and what a sweep did (`Outcome`), shared with the Hydra callback.
 
-`run_inprocess` executes a sweep without Hydra's launcher, one job after the other, composing the config once
-per combination of config groups (`compose.job_config`). Its run folders (`run_dir_of`, the same names as
-`hydra.sweep.subdir`), `overrides.yaml` records and resume behaviour are those of `privfair run -m` with the same
-sweep directory, so either can continue what the other started.
+`run_inprocess` executes a sweep without Hydra's launcher, one job after the other in this process, or on `workers`
+local processes side by side (each with its share of the cores as its BLAS / torch threads, `threads`), composing
+the config once per combination of config groups (`compose.job_config`). Its run folders (`run_dir_of`, the same
+names as `hydra.sweep.subdir`), `overrides.yaml` records and resume behaviour are those of `privfair run -m` with the
+same sweep directory, so either can continue what the other started.
 """
 
 from __future__ import annotations
@@ -28,35 +29,71 @@ def run_dir_of(sweep_dir: Path, cfg, job: list[str]) -> Path:
         f"seed={cfg.seed}-{runid.short_id(cfg)}"
 
 
-def run_inprocess(overrides: list[str], sweep_dir: Path, log=print) -> Outcome:
-    """Run every job of a sweep in this process, one after the other; a job that fails is recorded in its folder
+def run_job(job: list[str], sweep_dir: Path) -> tuple[str, str, list[str], str]:
+    """Run one job of a sweep: (status `done` | `skipped` | `failed`, its summary line or error, the run's messages,
+    its folder). A failure is recorded by the runner in the folder (`failed.json`); it is returned, not raised."""
+    from privfair_cli import runner
+
+    cfg = job_config(job)
+    run_dir = run_dir_of(sweep_dir, cfg, job)
+    messages: list[str] = []
+    try:
+        record = runner.run(cfg, run_dir, log=messages.append, overrides=job)
+    except Exception as err:  # recorded; the other jobs of the sweep still run
+        return "failed", f"{' '.join(job)}: {type(err).__name__}: {err}", messages, str(run_dir)
+    skipped = any(m.startswith("skip") for m in messages)
+    return "skipped" if skipped else "done", summary_line(record), messages, str(run_dir)
+
+
+def _worker_job(job: list[str], sweep_dir: Path, cap: int, launcher: int) -> tuple[str, str, list[str], str]:
+    """`run_job` in a worker process: its thread cap applied, its progress bars left to the launching process
+    (`launcher`, its pid), and Ctrl-C too (it stops the sweep and its workers)."""
+    import os
+    import signal
+
+    from privfair_cli import threads
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    os.environ["PRIVFAIR_THREADS"], os.environ["PRIVFAIR_SWEEP_PID"] = str(cap), str(launcher)
+    threads.limit_threads()
+    return run_job(job, sweep_dir)
+
+
+def run_inprocess(overrides: list[str], sweep_dir: Path, log=print, workers: int = 1) -> Outcome:
+    """Run every job of a sweep, one after the other in this process (`workers` = 1) or on `workers` local
+    processes side by side, each with cores // workers threads; a job that fails is recorded in its folder
     (`failed.json`) and the sweep goes on."""
-    from privfair_cli import progress, runner
+    import os
+
+    from privfair_cli import progress
 
     for point in prevalidate(overrides, multirun=True):
         log(f"warning: {point}; its runs will be recorded as failed")
     jobs = expand(overrides)
     outcome = Outcome(len(jobs), sweep_dir=sweep_dir)
+    workers = max(1, min(int(workers), len(jobs)))
+    if workers == 1:
+        results = (run_job(job, sweep_dir) for job in jobs)
+    else:
+        from joblib import Parallel, delayed
+
+        cap = max(1, (os.cpu_count() or 1) // workers)
+        results = Parallel(n_jobs=workers, backend="loky", return_as="generator_unordered")(
+            delayed(_worker_job)(job, sweep_dir, cap, os.getpid()) for job in jobs)
     show = progress.mode() if log is print else "off"
     with progress.Bar(len(jobs), "sweep", unit="runs", interval=10.0, show=show) as bar:
         say = bar.log if log is print else log
-        for i, job in enumerate(jobs, 1):
-            cfg = job_config(job)
-            run_dir = run_dir_of(sweep_dir, cfg, job)
-            messages: list[str] = []
-            try:
-                record = runner.run(cfg, run_dir, log=messages.append, overrides=job)
-            except Exception as err:  # recorded; the other jobs of the sweep still run
-                outcome.failed.append(str(run_dir))
-                say(f"[{i}/{len(jobs)}] FAILED {' '.join(job)}: {type(err).__name__}: {err}  -> {run_dir}")
-                bar.advance(info=f"{len(outcome.failed)} failed")
-                continue
-            skipped = any(m.startswith("skip") for m in messages)
-            outcome.skipped += skipped
+        for i, (status, line, messages, run_dir) in enumerate(results, 1):
             for m in messages:
                 if not m.startswith("skip"):
                     say(m)
-            say(f"[{i}/{len(jobs)}] {'skip ' if skipped else ''}{summary_line(record)}")
+            if status == "failed":
+                outcome.failed.append(run_dir)
+                say(f"[{i}/{len(jobs)}] FAILED {line}  -> {run_dir}")
+                bar.advance(info=f"{len(outcome.failed)} failed")
+                continue
+            outcome.skipped += status == "skipped"
+            say(f"[{i}/{len(jobs)}] {'skip ' if status == 'skipped' else ''}{line}")
             bar.advance(info=f"{len(outcome.failed)} failed" if outcome.failed else "")
     if outcome.failed:
         log(outcome.summary())

@@ -247,6 +247,32 @@ def test_inprocess_sweep_goes_on_past_a_failure(tmp_path, monkeypatch):
     assert sum("FAILED" in line for line in lines) == 2 and "2 failed" in lines[-1]
 
 
+@needs_data("german_credit")
+def test_inprocess_sweep_on_workers_matches_one_process(tmp_path, monkeypatch):
+    """`workers` = 2: the same run folders and metrics as one after the other; a bad point fails in its worker and
+    is recorded; a second call resumes (every complete run skipped)."""
+    monkeypatch.chdir(tmp_path)
+    grid = [*GERMAN, "algo=lr,privlr", "eps=1,-1", "seed=0,1"]
+    lines = []
+    one = sweep.run_inprocess(grid, tmp_path / "one", log=lines.append)
+    two = sweep.run_inprocess(grid, tmp_path / "two", log=lines.append, workers=2)
+    assert (two.total, len(two.failed)) == (one.total, len(one.failed)) == (8, 4)
+    assert all("eps=-1" in f for f in two.failed)
+    assert sorted(Path(f).relative_to(tmp_path / "two") for f in two.failed) == \
+        sorted(Path(f).relative_to(tmp_path / "one") for f in one.failed)
+    done = completed(tmp_path / "one")
+    assert len(done) == 4 and [p.relative_to(tmp_path / "one") for p in done] == \
+        [p.relative_to(tmp_path / "two") for p in completed(tmp_path / "two")]
+    for path in done:
+        twin = tmp_path / "two" / path.relative_to(tmp_path / "one")
+        ours, theirs = (json.loads((d / "metrics.json").read_text())["metrics"] for d in (path, twin))
+        assert ours.keys() == theirs.keys()
+        assert all(ours[k] == pytest.approx(theirs[k], rel=1e-9, abs=1e-12) for k in ours
+                   if isinstance(ours[k], float))
+    again = sweep.run_inprocess(grid, tmp_path / "two", log=lines.append, workers=2)
+    assert again.skipped == 4 and len(again.failed) == 4  # the failed points are tried again
+
+
 def test_plain_progress_lines_and_worker_silence(monkeypatch, capsys):
     with progress.Bar(10, "dpsgd", unit="steps", interval=0.0, show="plain") as bar:
         for t in range(10):
