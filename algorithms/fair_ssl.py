@@ -45,7 +45,11 @@ Deviations and resolutions (by spec item):
   `optimal_inaccurate`).
 - §1.3a CCP start: where the unconstrained optimum already satisfies |Cov| <= c it is returned at once (it is the
   constrained optimum: the loss is convex and its global minimiser feasible), which the spec's warm start reaches
-  after one CCP step anyway.
+  after one CCP step anyway. The same holds for the DI constraint (linear): a w-step whose unconstrained optimum
+  satisfies |a.w| <= c returns it without the constrained solve.
+- §1.3a unconstrained LR: solved by Newton's method (`newton_logistic`, to a Newton decrement of 1e-12, tested
+  against Clarabel's solution), about 50x faster than the conic solve of its exponential cones; where it has no
+  finite optimum (l2 = 0, (quasi-)separable labels) or Newton does not settle, cvxpy solves it as before.
 - §1.3a CCP: the linearisation uses the subgradient 0 at the kink of min(0, .); convergence when the relative
   objective change is < `ccp_tol` and every slack <= 1e-7; the final point must satisfy |Cov| <= c + `feas_tol`
   exactly (evaluated on the true, not linearised, constraint) or the run is N/A.
@@ -68,6 +72,7 @@ from typing import Literal
 
 import numpy as np
 import scipy.linalg
+from scipy import special
 
 from privfair_cli.errors import ConfigError, DataError
 from privfair_cli.metrics import GroupRates
@@ -256,6 +261,50 @@ def dm_cov(w: np.ndarray, Xs: np.ndarray, ys: np.ndarray, a: np.ndarray) -> floa
     return float(a @ np.minimum(0.0, ys * (Xs @ w)))
 
 
+def newton_logistic(X: np.ndarray, y: np.ndarray, l2: float = 0.0, tol: float = 1e-12, max_iter: int = 50
+                    ) -> np.ndarray | None:
+    """The minimiser of (sum_i log(1 + exp(x_i.b)) - y.X b) / n + l2 / 2 ||b||^2 by damped Newton (backtracking line
+    search). Stops at a Newton decrement lambda^2 / 2 <= `tol` (then f - f* is about that small). None where there
+    is no finite optimum to find (l2 = 0 and (quasi-)separable labels: the loss keeps falling along a direction in
+    which its curvature vanishes, so the point where the decrement got small is no optimum; recognised by the
+    curvature X^T diag(p (1 - p)) X falling below 1e-6 of X^T X / 4 in some direction) or where it does not settle
+    within `max_iter` steps. X must have full column rank (the w-step's row-space basis)."""
+    n, d = X.shape
+    b = np.zeros(d)
+
+    def f(b):
+        z = X @ b
+        return (np.logaddexp(0.0, z).sum() - y @ z) / n + l2 / 2 * b @ b
+
+    fb = f(b)
+    for _ in range(max_iter):
+        p = special.expit(X @ b)
+        g = X.T @ (p - y) / n + l2 * b
+        H = (X.T * (p * (1.0 - p))) @ X / n + l2 * np.eye(d)
+        try:
+            step = scipy.linalg.solve(H, g, assume_a="pos")
+        except (np.linalg.LinAlgError, ValueError):
+            return None
+        dec = float(g @ step)
+        if not np.isfinite(dec):
+            return None
+        if dec / 2 <= tol:
+            if l2 > 0:
+                return b  # strongly convex: the optimum exists
+            curvature = scipy.linalg.eigh(H, X.T @ X / (4 * n), eigvals_only=True, subset_by_index=[0, 0])[0]
+            return b if curvature >= 1e-6 else None
+        t = 1.0
+        while t > 1e-12:
+            fn = f(b - t * step)
+            if fn <= fb - 0.25 * t * dec:
+                break
+            t /= 2
+        else:
+            return None
+        b, fb = b - t * step, fn
+    return None
+
+
 @dataclass
 class Solve:
     w: np.ndarray
@@ -307,20 +356,44 @@ class _WStep:
         """The largest |Cov| - c over the constraint sets at w = V beta (<= 0: feasible)."""
         return max((abs(dm_cov(beta, Xs, ys, a)) - c for Xs, ys, a, c in terms if len(a)), default=-1.0)
 
-    def _ccp_start(self, free, warm, set_labels) -> tuple[np.ndarray, list[tuple], Solve | None]:
-        """The convex-concave procedure's start: `warm` (a w), or the solution of the unconstrained problem
-        `free()`; with the sets' mistreatment terms. The third item is the w-step's answer when no iteration is
-        needed: the unconstrained solve failed, or its optimum satisfies |Cov| <= c and so is the constrained
-        optimum (the loss is convex and its global minimiser is feasible: the point the first CCP step would
-        return)."""
+    def _free(self, y: np.ndarray, free) -> tuple[np.ndarray, str]:
+        """The unconstrained optimum and its status: LR by Newton's method (`newton_logistic`, exact to the
+        solver's tolerance and ~50x faster than the conic solve), where it does not settle (no finite optimum)
+        and for the SVM, the cvxpy problem `free()`."""
+        beta = newton_logistic(self.Xr, y, self.cfg.l2) if self.cfg.model == "lr" else None
+        if beta is not None:
+            return beta, "optimal"
+        status = self._run(free())
+        if status != "optimal" or self.w.value is None:
+            return np.zeros(self.V.shape[1]), status
+        return np.asarray(self.w.value, float), status
+
+    def _convex(self, y: np.ndarray, free, constrained) -> Solve:
+        """The w-step without mistreatment terms: the unconstrained LR optimum where it already satisfies every
+        DI constraint |a.w| <= c (the loss is convex, so it is the constrained optimum too), else the cvxpy
+        problem `constrained` (or `free` without constraints)."""
+        if self.cfg.model == "lr":
+            beta = newton_logistic(self.Xr, y, self.cfg.l2)
+            if beta is not None and all(abs(a @ beta) <= c for a, c in self.di):
+                return self._result(beta, "optimal", True)
+        problem = constrained if constrained is not None else free()
+        status = self._run(problem)
+        ok = status == "optimal" and self.w.value is not None
+        return self._result(np.asarray(self.w.value if self.w.value is not None else np.zeros(self.V.shape[1])),
+                            status, ok)
+
+    def _ccp_start(self, y, free, warm, set_labels) -> tuple[np.ndarray, list[tuple], Solve | None]:
+        """The convex-concave procedure's start: `warm` (a w), or the unconstrained optimum (`_free`); with the
+        sets' mistreatment terms. The third item is the w-step's answer when no iteration is needed: the
+        unconstrained solve failed, or its optimum satisfies |Cov| <= c and so is the constrained optimum (the
+        loss is convex and its global minimiser is feasible: the point the first CCP step would return)."""
         terms = [dm_terms(Xs, zs, ys, self.cfg.fairness) + (c,)
                  for (Xs, zs, c), ys in zip(self.sets, set_labels, strict=True)]
         if warm is not None:
             return self.V.T @ np.asarray(warm, float), terms, None
-        status = self._run(free())
-        if status != "optimal" or self.w.value is None:
-            return np.zeros(self.V.shape[1]), terms, self._result(np.zeros(self.V.shape[1]), status, False)
-        beta = np.asarray(self.w.value, float)
+        beta, status = self._free(y, free)
+        if status != "optimal":
+            return beta, terms, self._result(beta, status, False)
         return beta, terms, (self._result(beta, "optimal", True, 1) if self._worst(beta, terms) <= 0 else None)
 
 
@@ -356,11 +429,12 @@ class LargeWStep(_WStep):
         self.w = cp.Variable(d)
         self.score = self.Xr @ self.w
         self.sets = [(Xs @ self.V, np.asarray(zs, float), float(c)) for Xs, zs, c in sets]
-        self.di_cons = []
+        self.di_cons, self.di = [], []
         if cfg.fairness == "di":
             for Xs, zs, c in self.sets:
                 a = di_vector(Xs, zs)
                 self.di_cons += [a @ self.w <= c, -(a @ self.w) <= c]
+                self.di.append((a, c))
         if cfg.model == "lr":
             self.g = cp.Parameter(d)
             self.lr_loss = self._regularised((cp.sum(cp.logistic(self.score)) - self.g @ self.w) / n)
@@ -389,16 +463,11 @@ class LargeWStep(_WStep):
         loss = self._loss(y)
         lr = self.cfg.model == "lr"
         d = self.V.shape[1]
+        free = (lambda: self.lr_free) if lr else (lambda: cp.Problem(cp.Minimize(loss)))
         if not self.sets or self.cfg.fairness == "di":
-            if lr:
-                problem = self.lr_di or self.lr_free
-            else:
-                problem = cp.Problem(cp.Minimize(loss), self.di_cons)
-            status = self._run(problem)
-            ok = status == "optimal" and self.w.value is not None
-            return self._result(np.asarray(self.w.value if self.w.value is not None else np.zeros(d)), status, ok)
-        beta, terms, done = self._ccp_start(lambda: self.lr_free if lr else cp.Problem(cp.Minimize(loss)), warm,
-                                            set_labels)
+            return self._convex(y, free, (self.lr_di if lr else cp.Problem(cp.Minimize(loss), self.di_cons))
+                                if self.di_cons else None)
+        beta, terms, done = self._ccp_start(y, free, warm, set_labels)
         if done is not None:
             return done
         cons, slacks, lins = [], [], []
@@ -462,7 +531,7 @@ class ParametricWStep(_WStep):
         self.cfg = cfg
         _, sv, Vt = np.linalg.svd(X, full_matrices=False)
         self.V = Vt[sv > sv[0] * 1e-10].T if len(sv) and sv[0] > 0 else np.eye(X.shape[1])
-        Xr = X @ self.V
+        self.Xr = Xr = X @ self.V
         n, d = Xr.shape
         self.w = w = cp.Variable(d)
         self.target = cp.Parameter(n)  # y (LR) or 2y - 1 (SVM)
@@ -476,7 +545,7 @@ class ParametricWStep(_WStep):
         self.loss = loss
         self.sets = [(Xs @ self.V, np.asarray(zs, float), float(c)) for Xs, zs, c in sets]
         self.free = cp.Problem(cp.Minimize(loss))
-        self.problem = None
+        self.problem, self.di = None, []
         if not self.sets:
             return
         if cfg.fairness == "di":
@@ -484,6 +553,7 @@ class ParametricWStep(_WStep):
             for Xs, zs, c in self.sets:
                 a = di_vector(Xs, zs)
                 cons += [a @ w <= c, -(a @ w) <= c]
+                self.di.append((a, c))
             self.problem = cp.Problem(cp.Minimize(loss), cons)
             return
         cons, self.slacks, self.params = [], [], []
@@ -507,13 +577,9 @@ class ParametricWStep(_WStep):
         """Solve with labels y (all rows) and y_S per set; `warm` (a w) starts the convex-concave procedure."""
         y = np.asarray(y, float)
         self.target.value = y if self.cfg.model == "lr" else 2.0 * y - 1.0
-        d = self.V.shape[1]
         if self.problem is None or self.cfg.fairness == "di":
-            problem = self.problem or self.free
-            status = self._run(problem)
-            ok = status == "optimal" and self.w.value is not None
-            return self._result(np.asarray(self.w.value if self.w.value is not None else np.zeros(d)), status, ok)
-        beta, terms, done = self._ccp_start(lambda: self.free, warm, set_labels)
+            return self._convex(y, lambda: self.free, self.problem)
+        beta, terms, done = self._ccp_start(y, lambda: self.free, warm, set_labels)
         if done is not None:
             return done
         full = []  # per set: signed labels and weights a_i over all rows of S (0 outside S')

@@ -103,6 +103,39 @@ def test_di_constraint_holds_at_the_solution_and_binds():
     assert abs(a @ sol.w) == pytest.approx(c, rel=1e-3)  # active: the unconstrained optimum violates it
 
 
+@pytest.mark.parametrize("l2", [0.0, 0.05])
+def test_newton_is_the_conic_solvers_logistic_optimum(l2):
+    """The unconstrained LR of the w-step by Newton's method equals cvxpy's (Clarabel) solution of the same
+    problem; on separable labels (no finite optimum) it gives up, and the w-step falls back to cvxpy's solvers."""
+    import cvxpy as cp
+
+    X, z, y = toy()
+    w = cp.Variable(X.shape[1])
+    loss = (cp.sum(cp.logistic(X @ w)) - y @ (X @ w)) / len(y) + l2 / 2 * cp.sum_squares(w)
+    cp.Problem(cp.Minimize(loss)).solve(solver=cp.CLARABEL)
+    np.testing.assert_allclose(fair_ssl.newton_logistic(X, y.astype(float), l2), w.value, rtol=1e-5)  # its tol
+    separable = (X[:, 0] > 0.4).astype(float)
+    assert fair_ssl.newton_logistic(X, separable) is None  # the loss falls towards 0 as ||w|| grows
+    assert fair_ssl.newton_logistic(X, separable, l2=0.05) is not None  # strongly convex: an optimum
+
+
+def test_a_non_binding_di_constraint_returns_the_unconstrained_optimum():
+    """|a.w*| <= c at the unconstrained optimum w*: it is the constrained optimum (convex loss), which the conic
+    solve of the constrained problem confirms."""
+    import cvxpy as cp
+
+    X, z, y = toy()
+    a = fair_ssl.di_vector(X, z)
+    free = fair_ssl.newton_logistic(X, y.astype(float))
+    c = abs(a @ free) * 1.5
+    sol = fair_ssl.solve_w(X, y, [(X, z, y, c)], cfg(c=c))
+    w = cp.Variable(X.shape[1])
+    loss = (cp.sum(cp.logistic(X @ w)) - y @ (X @ w)) / len(y)
+    cp.Problem(cp.Minimize(loss), [cp.abs(a @ w) <= c]).solve(solver=cp.CLARABEL)
+    assert sol.ok and sol.status == "optimal"
+    np.testing.assert_allclose(sol.w, w.value, atol=1e-5)
+
+
 @pytest.mark.parametrize("model", ["lr", "svm"])
 def test_large_c_is_the_unconstrained_model(model):
     from sklearn.linear_model import LogisticRegression
