@@ -59,6 +59,19 @@ def _worker_job(job: list[str], sweep_dir: Path, cap: int, launcher: int) -> tup
     return run_job(job, sweep_dir)
 
 
+def _seed_of(job: list[str]) -> float:
+    """The job's `seed=` value (0 without one), by which a sweep orders its jobs: the runs of one seed share its
+    data split, and a plugin may keep what it built from it for the next run (fair_ssl's factorised graph)."""
+    for item in job:
+        key, _, value = item.partition("=")
+        if key.lstrip("+~") == "seed":
+            try:
+                return float(value)
+            except ValueError:
+                return 0.0
+    return 0.0
+
+
 def run_inprocess(overrides: list[str], sweep_dir: Path, log=print, workers: int = 1) -> Outcome:
     """Run every job of a sweep, one after the other in this process (`workers` = 1) or on `workers` local
     processes side by side, each with cores // workers threads; a job that fails is recorded in its folder
@@ -69,7 +82,7 @@ def run_inprocess(overrides: list[str], sweep_dir: Path, log=print, workers: int
 
     for point in prevalidate(overrides, multirun=True):
         log(f"warning: {point}; its runs will be recorded as failed")
-    jobs = expand(overrides)
+    jobs = sorted(expand(overrides), key=_seed_of)  # stable: a seed's runs side by side (they share its split)
     outcome = Outcome(len(jobs), sweep_dir=sweep_dir)
     workers = max(1, min(int(workers), len(jobs)))
     if workers == 1:
