@@ -5,14 +5,16 @@ mixed scope, c = 0.1): the float32 graph, the one Cholesky factorisation of L_uu
 solve with the reused factor, against the baseline measured in this process: one dense float64 `numpy.linalg.solve`
 of L_uu (what an implementation that does not keep the factor pays in every outer iteration).
 
-`titanic RUNS`: the Titanic tables (5.2: DI, 6 c x 4 scopes; 5.4: OMR, 11 c x 4 scopes) for RUNS seeds each, run
-the way `privfair reproduce` runs them (in-process sweep into a temporary folder), wall time per table.
+`titanic RUNS [JOBS]`: the Titanic tables (5.2: DI, 6 c x 4 scopes; 5.4: OMR, 11 c x 4 scopes) for RUNS seeds
+each, run the way `privfair reproduce --jobs JOBS` runs them (into a temporary folder), wall time per table.
 `make bench` (no argument) runs the 2-run subset: one run of each Titanic table (c = 0, labelled scope), and `wstep`.
 
 `wstep`: the w-steps of one Titanic run (600 training rows, the Table 5.2 / 5.4 settings), solved by the run's
 `WStep` (the cvxpy problem compiled once, labels and linearisation points re-set as Parameters) against the baseline
 measured in this process: the same solves each built and compiled from scratch (`solve_w`, what every w-step cost
-before); CPU seconds (the machine is shared), the same solutions.
+before); CPU seconds (the machine is shared), the same solutions. Then the unconstrained LR (the convex-concave
+start, a non-binding constraint) by `newton_logistic` against the baseline in this process: Clarabel on the same
+compiled problem.
 """
 
 from __future__ import annotations
@@ -76,7 +78,7 @@ def health(seed: int = 0) -> None:
           f"iteration")
 
 
-def titanic(runs: int = 1, extra: tuple[str, ...] = ()) -> None:
+def titanic(runs: int = 1, extra: tuple[str, ...] = (), jobs: int = 1) -> None:
     from privfair_cli import reproduce
 
     if not _have("titanic_fair_ssl"):
@@ -91,12 +93,14 @@ def titanic(runs: int = 1, extra: tuple[str, ...] = ()) -> None:
                 import io
 
                 with contextlib.redirect_stdout(io.StringIO()):
-                    comp = reproduce.reproduce(name, [f"seed=range({runs})", *extra], sweep_dir=Path(tmp) / "runs")
+                    comp = reproduce.reproduce(name, [f"seed=range({runs})", *extra], sweep_dir=Path(tmp) / "runs",
+                                               jobs=jobs)
                 wall = time.perf_counter() - t0
             finally:
                 os.chdir(cwd)
         counts = comp["verdict"].value_counts().to_dict()
-        print(f"{name}: {runs} run(s) per cell{' (' + ' '.join(extra) + ')' if extra else ''}, wall {wall:.1f} s; "
+        print(f"{name}: {runs} run(s) per cell{' (' + ' '.join(extra) + ')' if extra else ''}, {jobs} job(s) side by "
+              f"side, wall {wall:.1f} s; "
               f"verdicts {counts}")
 
 
@@ -133,12 +137,25 @@ def wstep(seed: int = 0, repeats: int = 5) -> None:
         print(f"wstep {fairness} c={c:g} (600 rows, mixed scope): {repeats} w-steps {t1 - t0:.2f} s CPU compiled once "
               f"vs {t2 - t1:.2f} s built each time ({(t2 - t1) / max(t1 - t0, 1e-9):.1f}x); solutions agree to "
               f"{same:.1e}; statuses {sorted({k.status for k in kept})}")
+    # the unconstrained LR of a w-step (the CCP start, a non-binding constraint): Newton vs the conic solve
+    t0 = time.process_time()
+    newton = [fair_ssl.newton_logistic(step.Xr, y.astype(float)) for y in labels]
+    t1 = time.process_time()
+    conic = []
+    for y in labels:
+        step.target.value = y.astype(float)
+        step._run(step.free)
+        conic.append(np.asarray(step.w.value))
+    t2 = time.process_time()
+    same = max(float(np.max(np.abs(a - b))) for a, b in zip(newton, conic, strict=True))
+    print(f"unconstrained LR (600 rows): {repeats} solves {t1 - t0:.3f} s CPU by Newton vs {t2 - t1:.2f} s by "
+          f"Clarabel ({(t2 - t1) / max(t1 - t0, 1e-9):.0f}x); solutions agree to {same:.1e}")
 
 
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] == "titanic":
-        titanic(int(argv[1]) if len(argv) > 1 else 1)
+        titanic(int(argv[1]) if len(argv) > 1 else 1, jobs=int(argv[2]) if len(argv) > 2 else 1)
     elif argv and argv[0] == "health":
         health()
     elif argv and argv[0] == "wstep":
