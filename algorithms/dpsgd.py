@@ -44,7 +44,10 @@ Deviations and choices (spec §7):
   the run's noise stream); MNIST inputs are normalised with (x - 0.1307) / 0.3081.
 - Cost of privacy (§5) needs the `sgd` model of the same seed and data: with `reference: true` the private
   plugins train it in the same run from the same random state, which reproduces the `sgd` run exactly
-  (tested). The per-group loss / gradient-norm curves (Table 9.3, Figures 9.1/9.2/9.4) are non-private
+  (tested). A process trains that model once: a non-private training is kept and given again to a call with
+  exactly the same settings, data, device, threads and random state (the stream is then left where the training
+  would have left it), so a sweep's sgd run and the private runs of the same seed share one (tested). The
+  per-group loss / gradient-norm curves (Table 9.3, Figures 9.1/9.2/9.4) are non-private
   diagnostics of the training data, as in the thesis; they are written to `curves.csv`, never used to train.
 - Table 9.3's "average gradient norm" fits the norm of the group's mean gradient over the epoch, not spec §5's
   mean per-example norm; both are logged (`mean_grad_norm`, with `group_mean_grad: auto` = logistic only, and
@@ -67,6 +70,8 @@ Deviations and choices (spec §7):
 from __future__ import annotations
 
 import copy
+import hashlib
+import json
 import math
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -100,6 +105,7 @@ SPEC_DEFAULTS = {  # spec §3, by model: what `auto` means
     "fasttext": {"C": 1.0, "sigma": 1.0, "epochs": 100, "lr": 0.6, "l2": 0.0},  # early_stopping.md §1.5 (IMDB)
 }
 MNIST_NORMALISATION = (0.1307, 0.3081)  # spec C9: mean and std of MNIST's training pixels
+SGD_KEPT_MAX = 8  # non-private trainings kept per process (`XuSGD._fit_model`); a CNN is 1.7 MB
 EQUAL_COST_TAU = 0.05  # §5: "equal costs of privacy" when the utility-loss gap is at most tau
 # early_stopping.md §0.1: how the TPR and FPR gaps combine into one equal-odds gap (`eodds_agg`, default mean)
 EODDS_AGG = {"mean": lambda a, b: (a + b) / 2, "max": np.maximum, "sum": lambda a, b: a + b}
@@ -349,11 +355,48 @@ class XuSGD(Plugin):
         return x
 
     def _fit_model(self, settings: TrainConfig, data, rng) -> tuple[torch.nn.Module, TrainLog]:
-        seed = int(rng.integers(2**62))
+        """Train a model with `settings` on `data` from the random state of `rng`. A non-private (`sgd`) training
+        is kept (`_SGD_KEPT`) and given again to a later call with exactly the same inputs: the sgd run and the
+        private runs' `reference` of one seed train the same model, once per process."""
+        key = self._sgd_key(settings, data, rng)
+        state, log, after = _SGD_KEPT.get(key, (None, None, None)) if key is not None else (None, None, None)
+        if state is not None and (log.weights is not None or not settings.keep_weights):
+            model = self._new_model(data, 0)
+            model.load_state_dict(state)
+            rng.bit_generator.state = after  # where the training would have left the stream
+            return model, replace(copy.deepcopy(log), weights=log.weights.copy() if settings.keep_weights else None)
+        model, log = self._train_model(settings, data, rng)
+        if key is not None:
+            _SGD_KEPT[key] = ({k: v.detach().clone() for k, v in model.state_dict().items()}, copy.deepcopy(log),
+                              rng.bit_generator.state)
+            while len(_SGD_KEPT) > SGD_KEPT_MAX:
+                _SGD_KEPT.pop(next(iter(_SGD_KEPT)))
+        return model, log
+
+    def _sgd_key(self, settings: TrainConfig, data, rng) -> tuple | None:
+        """Everything a non-private training's result depends on (whether it keeps each epoch's weights does not
+        change the training: a kept one with weights serves a call without); None for private training or OS
+        randomness."""
+        if settings.private or getattr(rng, "secure", False) or not hasattr(rng, "bit_generator"):
+            return None
+        digest = hashlib.sha256()
+        for array in (data.X, data.y, self.groups.of_rows(data)):
+            digest.update(np.ascontiguousarray(array).view(np.uint8))
+        threads = 1 if self.device == "cpu" and self.model_kind == "logistic" else torch.get_num_threads()
+        meta = tuple(data.meta.get(k) for k in ("vocab_size", "bag_width", "classes"))
+        state = json.dumps(rng.bit_generator.state, sort_keys=True, default=str)
+        return (replace(settings, keep_weights=False), self.model_kind, self.binary, self.groups.K, str(self.device), threads, data.d, meta,
+                digest.hexdigest(), state)
+
+    def _new_model(self, data, seed: int) -> torch.nn.Module:
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
             classes = 2 if self.binary else int(data.meta.get("classes", self.groups.K))
-            model = build_model(self.model_kind, data.d, classes, data.meta).to(self.device)
+            return build_model(self.model_kind, data.d, classes, data.meta).to(self.device)
+
+    def _train_model(self, settings: TrainConfig, data, rng) -> tuple[torch.nn.Module, TrainLog]:
+        seed = int(rng.integers(2**62))
+        model = self._new_model(data, seed)
         threads = torch.get_num_threads()
         if self.device == "cpu" and self.model_kind == "logistic":
             torch.set_num_threads(1)  # tiny ops: thread hand-offs cost ten times the arithmetic
@@ -442,6 +485,7 @@ def _plugin(class_name: str, algorithm: str, **attrs) -> type[XuSGD]:
     return register(type(class_name, (XuSGD,), body | attrs))
 
 
+_SGD_KEPT: dict = {}  # `XuSGD._sgd_key` -> (state dict, TrainLog, the noise stream's state after training)
 SGD = _plugin("SGD", "sgd", private=False, needs_delta=False, accountant="basic", mechanisms=(), own_noise="")
 DPSGD = _plugin("DPSGD", "dpsgd")
 DPSGDF = _plugin("DPSGDF", "dpsgd_f")

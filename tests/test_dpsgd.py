@@ -372,6 +372,7 @@ def toy_table(n=2000, seed=0, name="toy"):
 def test_reference_equals_the_sgd_run_of_the_same_seed():
     data = toy_table()
     sgd, _ = fit("sgd", data, seed=4, epochs=2)
+    dpsgd._SGD_KEPT.clear()  # trained again from the same state, not given the kept sgd training
     dp, _ = fit("dpsgd", data, eps=10, delta=DELTA, seed=4, epochs=2, sigma="auto")
     for p, q in zip(sgd.model.parameters(), dp.reference.parameters(), strict=True):
         assert torch.equal(p, q)
@@ -385,6 +386,27 @@ def test_reference_equals_the_sgd_run_of_the_same_seed():
         assert m[f"accuracy_diff_vs_sgd_s{g}"] == pytest.approx(m[f"accuracy_s{g}"] - m[f"sgd_accuracy_s{g}"])
     assert m["utility_loss_gap"] == pytest.approx(abs(m["accuracy_diff_vs_sgd_s1"] - m["accuracy_diff_vs_sgd_s0"]))
     assert m["equal_costs"] == float(m["utility_loss_gap"] <= dpsgd.EQUAL_COST_TAU)
+
+
+def test_a_kept_sgd_training_gives_the_same_run_as_training_again():
+    """The private runs' reference (and a second sgd run) of the same seed and data take the kept training: the
+    same model and log, the noise stream left where training would have left it, so every metric is the same as
+    with nothing kept; another seed trains its own."""
+    data, test = toy_table(), toy_table(500, seed=9)
+    dpsgd._SGD_KEPT.clear()
+    fresh, _ = fit("dpsgd", data, eps=10, delta=DELTA, seed=4, epochs=2, sigma="auto")
+    kept = dict(dpsgd._SGD_KEPT)
+    assert len(kept) == 1  # the reference (sgd) training; the private one is never kept
+    sgd, _ = fit("sgd", data, seed=4, epochs=2)
+    again, _ = fit("dpsgd", data, eps=10, delta=DELTA, seed=4, epochs=2, sigma="auto")
+    assert dpsgd._SGD_KEPT.keys() == kept.keys()  # both took it
+    for p, q in zip(fresh.reference.parameters(), sgd.model.parameters(), strict=True):
+        assert torch.equal(p, q)
+    a, b = (m.evaluate(data, test, np.random.default_rng(0)) for m in (fresh, again))
+    assert a == pytest.approx(b, nan_ok=True, rel=0, abs=0)
+    np.testing.assert_array_equal(fresh.reference_log.loss, again.reference_log.loss)
+    fit("sgd", data, seed=5, epochs=2)
+    assert len(dpsgd._SGD_KEPT) == 2
 
 
 def test_evaluate_adds_to_the_classifier_evaluator_and_diagnostics_are_extra_metrics():
