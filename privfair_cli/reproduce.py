@@ -26,10 +26,11 @@ Keys of the `reproduce:` block (REQUIRED, then optional):
 - `published` (a CSV under results/published), `table` (one name or a list), `datasets` ({published: card, or a
   list of cards told apart by a setting}), `metrics` ({published metric: our metric key}).
 - `algorithms` ({published: ours}), `settings` ({setting key: config path}), `floors` ({published metric:
-  tolerance floor}, default 0.01), `reasons` ({"algorithm|dataset|metric" glob: why the cell deviates}),
-  `substitute` (published datasets we stand in for), `without_cuda` (`skip`, or the overrides that fit a CPU, e.g.
-  `["data=adult,dutch"]`), `values` ({setting key: {published value: our value}}), `metric_suffix` ({setting key:
-  {published value: suffix of our metric key}}, e.g. `group=female` -> `accuracy_s0`).
+  tolerance floor}, default 0.01), `reasons` ({"algorithm|dataset|metric" glob, or "...|setting": why the cell
+  deviates}), `substitute` (published datasets we stand in for), `without_cuda` (`skip`, or the overrides that
+  fit a CPU, e.g. `["data=adult,dutch"]`), `values` ({setting key: {published value: our value}}),
+  `metric_suffix` ({setting key: {published value: suffix of our metric key}}, e.g. `group=female` ->
+  `accuracy_s0`).
 - `metrics_by_dataset` ({published dataset: {published metric: our key}}): keys that replace `metrics` for one
   dataset (e.g. Compas gaps measured between Race codes 1 and 0: `dp_race`).
 - `key_notes` ({glob over our keys: text}): appended to the setting of every cell whose key matches
@@ -135,9 +136,12 @@ def _same(value, wanted: str) -> bool:
         return str(value) == wanted
 
 
-def _reason(spec: dict, algorithm: str, dataset: str, metric: str) -> str:
+def _reason(spec: dict, algorithm: str, dataset: str, metric: str, setting: str = "") -> str:
+    """The first `reasons` entry whose pattern matches `algorithm|dataset|metric` (or, for a pattern with a fourth
+    part, `algorithm|dataset|metric|published setting`, e.g. "*|MNIST|*|variant=balanced;*")."""
     for pattern, text in (spec.get("reasons") or {}).items():
-        if fnmatch.fnmatch(f"{algorithm}|{dataset}|{metric}", pattern):
+        subject = f"{algorithm}|{dataset}|{metric}" + (f"|{setting}" if pattern.count("|") >= 3 else "")
+        if fnmatch.fnmatch(subject, pattern):
             return text
     return ""
 
@@ -350,7 +354,8 @@ def _row(spec: dict, r, label: str, key: str, cell: Cell, reason: str | None) ->
     else:
         verdict = "match" if abs(dev) <= tol else "deviates"
     # the reason the config gives this cell (a variant's own, the cell function's, else the experiment's)
-    stated = cell.reason or (reason if reason is not None else _reason(spec, r.algorithm, r.dataset, r.metric))
+    stated = cell.reason or (reason if reason is not None else _reason(spec, r.algorithm, r.dataset, r.metric,
+                                                                       r.setting))
     if cell.reason:
         reason = cell.reason
     elif reason is None:  # a published cell: the experiment's reason where it does not match

@@ -59,6 +59,13 @@ def test_without_cuda(monkeypatch):
     assert reproduce.without_cuda({"without_cuda": "skip"}, ["x=1"]) == ["x=1"]
 
 
+def test_a_reason_pattern_may_name_the_published_setting():
+    spec = {"reasons": {"*|MNIST|*|variant=balanced;*": "balanced: not run", "*|MNIST|*": "unbalanced: one seed"}}
+    assert reproduce._reason(spec, "sgd", "MNIST", "accuracy", "variant=balanced;eps=6.23") == "balanced: not run"
+    assert reproduce._reason(spec, "sgd", "MNIST", "accuracy", "variant=unbalanced;eps=6.55") == "unbalanced: one seed"
+    assert reproduce._reason(spec, "sgd", "Adult", "accuracy", "variant=balanced") == ""
+
+
 def test_parse_setting():
     assert reproduce.parse_setting("eps=1;eps_f=0.5;runs=10") == {"eps": "1", "eps_f": "0.5", "runs": "10"}
 
