@@ -134,18 +134,22 @@ def test_reproduce_all_ends_with_the_summary_and_wall_times(monkeypatch, capsys)
 
     monkeypatch.chdir(config_dir().parent)
     calls = []
-    monkeypatch.setattr(rp, "reproduce", lambda name, overrides: calls.append(name))  # nothing runs
+    monkeypatch.setattr(rp, "reproduce", lambda name, overrides, jobs=1: calls.append(jobs))  # nothing runs
     assert main(["reproduce", "all"]) == 0
     out = capsys.readouterr().out
-    assert "Reproduction summary" in out and "| wall time |" in out and calls
+    assert "Reproduction summary" in out and "| wall time |" in out and set(calls) == {1}
+    calls.clear()
+    assert main(["reproduce", "all", "--jobs", "2"]) == 0 and set(calls) == {2}
+    out = capsys.readouterr().out
     assert "| [`xu2021_table8_1`](docs/reproduction.md#xu2021_table8_1) | Table 8.1 | 11 |" in out
 
 
 def test_check_flag_runs_the_guard_and_fails_on_a_failure(monkeypatch, capsys):
     from privfair_cli.main import main
 
-    monkeypatch.setattr(regress, "check", lambda name, overrides: regress.Outcome(name, failures=["T | x: moved"]))
+    monkeypatch.setattr(regress, "check",
+                        lambda name, overrides, jobs=1: regress.Outcome(name, failures=["T | x: moved"]))
     assert main(["reproduce", "xu2021_table8_1", "--check"]) == 1
     assert "FAIL xu2021_table8_1: T | x: moved" in capsys.readouterr().out
-    monkeypatch.setattr(regress, "check", lambda name, overrides: regress.Outcome(name, skipped="too slow"))
+    monkeypatch.setattr(regress, "check", lambda name, overrides, jobs=1: regress.Outcome(name, skipped="too slow"))
     assert main(["reproduce", "--check", "all"]) == 0
