@@ -45,14 +45,17 @@ def run_job(job: list[str], sweep_dir: Path) -> tuple[str, str, list[str], str]:
     return "skipped" if skipped else "done", summary_line(record), messages, str(run_dir)
 
 
-def _worker_job(job: list[str], sweep_dir: Path, cap: int, launcher: int) -> tuple[str, str, list[str], str]:
-    """`run_job` in a worker process: its thread cap applied, its progress bars left to the launching process
+def _worker_job(job: list[str], sweep_dir: Path, cap: int, launcher: int, cwd: str
+                ) -> tuple[str, str, list[str], str]:
+    """`run_job` in a worker process: in the launching process's folder `cwd` (a worker outlives one sweep, and the
+    folder it started in may be gone), its thread cap applied, its progress bars left to the launching process
     (`launcher`, its pid), and Ctrl-C too (it stops the sweep and its workers)."""
     import os
     import signal
 
     from privfair_cli import threads
 
+    os.chdir(cwd)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     os.environ["PRIVFAIR_THREADS"], os.environ["PRIVFAIR_SWEEP_PID"] = str(cap), str(launcher)
     threads.limit_threads()
@@ -92,7 +95,7 @@ def run_inprocess(overrides: list[str], sweep_dir: Path, log=print, workers: int
 
         cap = max(1, (os.cpu_count() or 1) // workers)
         results = Parallel(n_jobs=workers, backend="loky", return_as="generator_unordered")(
-            delayed(_worker_job)(job, sweep_dir, cap, os.getpid()) for job in jobs)
+            delayed(_worker_job)(job, sweep_dir, cap, os.getpid(), os.getcwd()) for job in jobs)
     show = progress.mode() if log is print else "off"
     with progress.Bar(len(jobs), "sweep", unit="runs", interval=10.0, show=show) as bar:
         say = bar.log if log is print else log

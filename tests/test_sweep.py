@@ -273,6 +273,22 @@ def test_inprocess_sweep_on_workers_matches_one_process(tmp_path, monkeypatch):
     assert again.skipped == 4 and len(again.failed) == 4  # the failed points are tried again
 
 
+@needs_data("german_credit")
+def test_workers_run_in_the_launching_folder_even_after_theirs_is_gone(tmp_path, monkeypatch):
+    """Worker processes outlive a sweep: the next sweep, launched from another folder after the first one's was
+    removed, still runs (relative paths resolve in the launching process's folder)."""
+    import shutil
+
+    grid = [*GERMAN, "seed=0,1"]
+    for name in ("first", "second"):
+        (tmp_path / name).mkdir()
+        monkeypatch.chdir(tmp_path / name)
+        outcome = sweep.run_inprocess(grid, Path("sw"), log=lambda _: None, workers=2)
+        assert outcome.failed == [] and len(completed(tmp_path / name / "sw")) == 2
+        monkeypatch.chdir(tmp_path)
+        shutil.rmtree(tmp_path / name)
+
+
 def test_plain_progress_lines_and_worker_silence(monkeypatch, capsys):
     with progress.Bar(10, "dpsgd", unit="steps", interval=0.0, show="plain") as bar:
         for t in range(10):
