@@ -106,7 +106,7 @@ def test_di_constraint_holds_at_the_solution_and_binds():
 @pytest.mark.parametrize("l2", [0.0, 0.05])
 def test_newton_is_the_conic_solvers_logistic_optimum(l2):
     """The unconstrained LR of the w-step by Newton's method equals cvxpy's (Clarabel) solution of the same
-    problem; on separable labels (no finite optimum) it gives up, and the w-step falls back to cvxpy's solvers."""
+    problem."""
     import cvxpy as cp
 
     X, z, y = toy()
@@ -114,9 +114,72 @@ def test_newton_is_the_conic_solvers_logistic_optimum(l2):
     loss = (cp.sum(cp.logistic(X @ w)) - y @ (X @ w)) / len(y) + l2 / 2 * cp.sum_squares(w)
     cp.Problem(cp.Minimize(loss)).solve(solver=cp.CLARABEL)
     np.testing.assert_allclose(fair_ssl.newton_logistic(X, y.astype(float), l2), w.value, rtol=1e-5)  # its tol
-    separable = (X[:, 0] > 0.4).astype(float)
-    assert fair_ssl.newton_logistic(X, separable) is None  # the loss falls towards 0 as ||w|| grows
-    assert fair_ssl.newton_logistic(X, separable, l2=0.05) is not None  # strongly convex: an optimum
+
+
+def test_newton_without_a_finite_optimum_is_as_good_as_the_conic_solvers_answer():
+    """A few rows separated from the rest (their own one-hot column, all labelled 0) leave the l2-free loss without
+    a minimiser: Newton stops within its tolerance of the infimum, at a loss no higher than Clarabel's `optimal`
+    answer, with the same sign on every row and the same scores on the rows that are not separated. Where every
+    row is separable it declines (any separating direction is as good), and cvxpy's status decides."""
+    import cvxpy as cp
+
+    X, z, y = toy()
+    y = y.astype(float)
+    X = np.c_[X, np.zeros(len(X))]
+    X[:3, -1], y[:3] = 1.0, 0.0
+    w = cp.Variable(X.shape[1])
+    problem = cp.Problem(cp.Minimize((cp.sum(cp.logistic(X @ w)) - y @ (X @ w)) / len(y)))
+    problem.solve(solver=cp.CLARABEL)
+    b = fair_ssl.newton_logistic(X, y)
+    assert problem.status == "optimal" and b is not None
+    assert fair_ssl.logistic_loss(X, y, b) <= fair_ssl.logistic_loss(X, y, w.value) + 1e-9
+    np.testing.assert_array_equal(X @ b > 0, X @ w.value > 0)
+    assert np.all(X[:3] @ b < -10)  # the separated rows' probabilities near 0, as their labels
+    np.testing.assert_allclose(X[3:] @ b, X[3:] @ w.value, atol=1e-3)
+    assert fair_ssl.newton_logistic(X, (X[:, 0] > 0.4).astype(float)) is None  # every row separable
+    assert fair_ssl.newton_logistic(X, (X[:, 0] > 0.4).astype(float), l2=0.05) is not None  # strongly convex
+
+
+def test_newton_under_linear_equalities_is_the_conic_solvers_optimum():
+    """min loss s.t. A b = r by Newton in A's null space equals Clarabel's solution of the same problem."""
+    import cvxpy as cp
+
+    X, z, y = toy()
+    y = y.astype(float)
+    A = np.array([fair_ssl.di_vector(X, z), [0.0, 1.0, 0.5]])
+    r = np.array([0.01, -0.2])
+    w = cp.Variable(X.shape[1])
+    cp.Problem(cp.Minimize((cp.sum(cp.logistic(X @ w)) - y @ (X @ w)) / len(y)), [A @ w == r]).solve(
+        solver=cp.CLARABEL)
+    b = fair_ssl.newton_logistic(X, y, A=A, r=r)
+    np.testing.assert_allclose(A @ b, r, atol=1e-12)
+    np.testing.assert_allclose(b, w.value, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("scope", ["one", "two"])
+def test_the_di_w_step_by_newton_is_the_conic_solvers_constrained_optimum(scope):
+    """The DI w-step (`_di_newton`: the lowest-loss feasible minimiser over the choices of active constraints)
+    equals Clarabel's solution of |a_j.w| <= c_j, with one constraint set (active) or two (labelled and
+    unlabelled rows with their own thresholds, as the combined scope has)."""
+    import cvxpy as cp
+
+    X, z, y = toy()
+    free = fair_ssl.newton_logistic(X, y.astype(float))
+    half = len(y) // 2
+    parts = [slice(None)] if scope == "one" else [slice(None, half), slice(half, None)]
+    sets = []
+    for k, part in enumerate(parts):
+        a = fair_ssl.di_vector(X[part], z[part])
+        sets.append((X[part], z[part], y[part], abs(a @ free) * (0.25 if k == 0 else 0.6)))
+    sol = fair_ssl.solve_w(X, y, sets, cfg(c=sets[0][3]))
+    w = cp.Variable(X.shape[1])
+    loss = (cp.sum(cp.logistic(X @ w)) - y @ (X @ w)) / len(y)
+    cons = [cp.abs(fair_ssl.di_vector(Xs, zs) @ w) <= c for Xs, zs, _, c in sets]
+    cp.Problem(cp.Minimize(loss), cons).solve(solver=cp.CLARABEL)
+    assert sol.ok and sol.status == "optimal"
+    for Xs, zs, _, c in sets:
+        assert abs(fair_ssl.di_vector(Xs, zs) @ sol.w) <= c + 1e-9
+    np.testing.assert_allclose(sol.w, w.value, rtol=1e-4, atol=1e-5)
 
 
 def test_a_non_binding_di_constraint_returns_the_unconstrained_optimum():
