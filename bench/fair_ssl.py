@@ -138,33 +138,28 @@ def wstep(seed: int = 0, repeats: int = 5) -> None:
         print(f"wstep {fairness} c={c:g} (600 rows, mixed scope): {repeats} w-steps {t1 - t0:.2f} s CPU compiled once "
               f"vs {t2 - t1:.2f} s built each time ({(t2 - t1) / max(t1 - t0, 1e-9):.1f}x); solutions agree to "
               f"{same:.1e}; statuses {sorted({k.status for k in kept})}")
-    # the unconstrained LR of a w-step (the CCP start, a non-binding constraint): Newton vs the conic solve
-    t0 = time.process_time()
-    newton = [fair_ssl.newton_logistic(step.Xr, y.astype(float)) for y in labels]
-    t1 = time.process_time()
-    conic = []
-    for y in labels:
-        step.target.value = y.astype(float)
-        step._run(step.free)
-        conic.append(np.asarray(step.w.value))
-    t2 = time.process_time()
-    same = max(float(np.max(np.abs(a - b))) for a, b in zip(newton, conic, strict=True))
-    print(f"unconstrained LR (600 rows): {repeats} solves {t1 - t0:.3f} s CPU by Newton vs {t2 - t1:.2f} s by "
-          f"Clarabel ({(t2 - t1) / max(t1 - t0, 1e-9):.0f}x); solutions agree to {same:.1e}")
-    # a binding DI w-step (c = 0): Newton over the choices of active constraints vs the conic constrained solve
+    # the unconstrained LR of a w-step (the CCP start, a non-binding constraint), and a binding DI w-step (c = 0) by
+    # Newton over the choices of active constraints, each against the conic solve of the same compiled problem
+    _newton_vs_clarabel("unconstrained LR", step, step.free, labels,
+                        lambda y: fair_ssl.newton_logistic(step.Xr, y))
     plugin = registry.make("fair_ssl_lr", fairness="di", c=0.0, constraint_scope="mixed", graph=graph)
-    step = fair_ssl.WStep(X, [(X, z, 0.0)], plugin.cfg)
+    binding = fair_ssl.WStep(X, [(X, z, 0.0)], plugin.cfg)
+    _newton_vs_clarabel("DI w-step, c = 0", binding, binding.problem, labels, binding._di_newton)
+
+
+def _newton_vs_clarabel(name: str, step, problem, labels: list[np.ndarray], newton) -> None:
+    """CPU seconds of `newton(y)` for each label vector against Clarabel on `problem` (the compiled w-step `step`)."""
     t0 = time.process_time()
-    newton = [step._di_newton(y.astype(float)) for y in labels]
+    by_newton = [newton(y.astype(float)) for y in labels]
     t1 = time.process_time()
     conic = []
     for y in labels:
         step.target.value = y.astype(float)
-        step._run(step.problem)
+        step._run(problem)
         conic.append(np.asarray(step.w.value))
     t2 = time.process_time()
-    same = max(float(np.max(np.abs(a - b))) for a, b in zip(newton, conic, strict=True))
-    print(f"DI w-step, c = 0 (600 rows): {repeats} solves {t1 - t0:.3f} s CPU by Newton vs {t2 - t1:.2f} s by "
+    same = max(float(np.max(np.abs(a - b))) for a, b in zip(by_newton, conic, strict=True))
+    print(f"{name} ({len(step.Xr)} rows): {len(labels)} solves {t1 - t0:.3f} s CPU by Newton vs {t2 - t1:.2f} s by "
           f"Clarabel ({(t2 - t1) / max(t1 - t0, 1e-9):.0f}x); solutions agree to {same:.1e}")
 
 
