@@ -140,7 +140,8 @@ def test_newton_without_a_finite_optimum_is_as_good_as_the_conic_solvers_answer(
     assert fair_ssl.newton_logistic(X, (X[:, 0] > 0.4).astype(float), l2=0.05) is not None  # strongly convex
 
 
-def test_newton_under_linear_equalities_is_the_conic_solvers_optimum():
+@pytest.mark.parametrize("l2", [0.0, 0.05])
+def test_newton_under_linear_equalities_is_the_conic_solvers_optimum(l2):
     """min loss s.t. A b = r by Newton in A's null space equals Clarabel's solution of the same problem."""
     import cvxpy as cp
 
@@ -149,9 +150,9 @@ def test_newton_under_linear_equalities_is_the_conic_solvers_optimum():
     A = np.array([fair_ssl.di_vector(X, z), [0.0, 1.0, 0.5]])
     r = np.array([0.01, -0.2])
     w = cp.Variable(X.shape[1])
-    cp.Problem(cp.Minimize((cp.sum(cp.logistic(X @ w)) - y @ (X @ w)) / len(y)), [A @ w == r]).solve(
-        solver=cp.CLARABEL)
-    b = fair_ssl.newton_logistic(X, y, A=A, r=r)
+    loss = (cp.sum(cp.logistic(X @ w)) - y @ (X @ w)) / len(y) + l2 / 2 * cp.sum_squares(w)
+    cp.Problem(cp.Minimize(loss), [A @ w == r]).solve(solver=cp.CLARABEL)
+    b = fair_ssl.newton_logistic(X, y, l2, A=A, r=r)
     np.testing.assert_allclose(A @ b, r, atol=1e-12)
     np.testing.assert_allclose(b, w.value, rtol=1e-5, atol=1e-6)
 
