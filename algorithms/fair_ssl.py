@@ -296,9 +296,10 @@ def dm_cov(w: np.ndarray, Xs: np.ndarray, ys: np.ndarray, a: np.ndarray) -> floa
     return float(a @ np.minimum(0.0, ys * (Xs @ w)))
 
 
-def logistic_loss(X: np.ndarray, y: np.ndarray, b: np.ndarray, l2: float = 0.0) -> float:
-    """(sum_i log(1 + exp(x_i.b)) - y.X b) / n + l2 / 2 ||b||^2: the LR w-step's objective."""
-    z = X @ b
+def logistic_loss(X: np.ndarray, y: np.ndarray, b: np.ndarray, l2: float = 0.0, offset=0.0) -> float:
+    """(sum_i log(1 + exp(s_i)) - y.s) / n + l2 / 2 ||b||^2 with scores s = offset + X b: the LR w-step's
+    objective."""
+    z = offset + X @ b
     return float((np.logaddexp(0.0, z).sum() - y @ z) / len(y) + l2 / 2 * b @ b)
 
 
@@ -326,8 +327,7 @@ def newton_logistic(X: np.ndarray, y: np.ndarray, l2: float = 0.0, tol: float = 
     z = np.zeros(Z.shape[1])
 
     def f(z):
-        s = off + Z @ z
-        return (np.logaddexp(0.0, s).sum() - y @ s) / n + l2 / 2 * z @ z
+        return logistic_loss(Z, y, z, l2, off)
 
     fz = f(z)
     for _ in range(max_iter):
