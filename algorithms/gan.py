@@ -10,9 +10,10 @@ member gets exactly its own gradient, and Adam (elementwise) on the stacked tens
 
 API (all tensors on one device, float32):
 
-- `Ensemble(E, device, seed)`: holds the members' count, the device and a seeded `torch.Generator`
-  (`randn`, `rand`, `randint` draw `(E, ...)` tensors from it). Member k's numbers depend on the seed and on E
-  (a 5-member ensemble is not 5 solo runs bit for bit; each member is an equally valid seeded run).
+- `Ensemble(E, device, seed)`: holds the members' count, the device and seeded `torch.Generator`s (`randn`,
+  `rand`, `randint` draw `(E, ...)` tensors). One int seed: one generator, so member k's numbers depend on the seed
+  and on E. A list of E seeds: one generator per member, so member k draws what a solo model of its seed draws and
+  E seeds batched are the E solo runs (the seed-batched sweeps of `privfair_cli.seedbatch`).
 - `Linear(ens, fan_in, fan_out, bias=True)`: Glorot-uniform weights, zero bias; `layer(x)`.
 - `MLP(ens, sizes, hidden="relu", out=None, minibatch_mean=False)`: `sizes = [in, h1, ..., out]`; with
   `minibatch_mean` the input is concatenated with its batch mean first (medGAN's minibatch averaging, so the
@@ -43,6 +44,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+from collections.abc import Sequence
 
 import numpy as np
 import torch
@@ -52,21 +54,44 @@ from privfair_cli import progress
 
 
 class Ensemble:
-    """E members on one device with one seeded torch generator."""
+    """E members on one device. `seed` an int: one seeded torch generator for all members (their draws
+    interleave, so member k's numbers depend on E). `seed` a sequence of ints: one generator per seed, each
+    drawing for `E // len(seed)` consecutive members; with one seed per member, member k draws exactly what a
+    1-member ensemble of its seed draws, so E seeds batched train the E solo models."""
 
-    def __init__(self, E: int, device: str = "cpu", seed: int = 0):
+    def __init__(self, E: int, device: str = "cpu", seed: int | Sequence[int] = 0):
         self.E, self.device = int(E), torch.device(device)
-        self.generator = torch.Generator(device=self.device)
-        self.generator.manual_seed(int(seed))
+        seeds = [int(seed)] if isinstance(seed, int | np.integer) else [int(s) for s in seed]
+        if not seeds or self.E % len(seeds):
+            raise ValueError(f"{len(seeds)} seeds cannot seed {self.E} members evenly")
+        self.generators = [torch.Generator(device=self.device) for _ in seeds]
+        self.reseed(seeds)
+        self.group = self.E // len(seeds)
+
+    @property
+    def generator(self) -> torch.Generator:
+        """The generator of a single-generator ensemble."""
+        if len(self.generators) != 1:
+            raise ValueError("an ensemble seeded per member has one generator per seed: use `generators`")
+        return self.generators[0]
+
+    def reseed(self, seeds: Sequence[int]) -> None:
+        for g, s in zip(self.generators, seeds, strict=True):
+            g.manual_seed(int(s))
+
+    def _draw(self, fn, shape) -> torch.Tensor:
+        if len(self.generators) == 1:
+            return fn((self.E, *shape), generator=self.generators[0], device=self.device)
+        return torch.cat([fn((self.group, *shape), generator=g, device=self.device) for g in self.generators])
 
     def randn(self, *shape) -> torch.Tensor:
-        return torch.randn(self.E, *shape, generator=self.generator, device=self.device)
+        return self._draw(torch.randn, shape)
 
     def rand(self, *shape) -> torch.Tensor:
-        return torch.rand(self.E, *shape, generator=self.generator, device=self.device)
+        return self._draw(torch.rand, shape)
 
     def randint(self, high: int, *shape) -> torch.Tensor:
-        return torch.randint(high, (self.E, *shape), generator=self.generator, device=self.device)
+        return self._draw(lambda size, **kw: torch.randint(high, size, **kw), shape)
 
 
 class Module:

@@ -105,10 +105,10 @@ def main() -> None:
           f"per epoch), extrapolated from the CPU time per step: " + ", ".join(lines))
     both = sum(run_seconds(five, n) for n in NAMES)  # CausalGAN's run serves both tables (B14)
     solo = 5 * sum(run_seconds(one, n) for n in NAMES)
-    print(f"both tables, 5 seeds batched per model (causalgan, te, se, ce), one core: {both / 3600:.2f} h; on the 2 "
-          f"cores (two models at a time): ~{both / 2 / 3600:.2f} h (issue target: under 1 h: ratio "
-          f"{both / 2 / 3600:.2f}); as 5 single-seed runs per model (how `privfair reproduce` runs them): "
-          f"{solo / 3600:.2f} h on one core, ~{solo / 2 / 3600:.2f} h on two")
+    print(f"both tables, 5 seeds batched per model (causalgan, te, se, ce; how `privfair reproduce` trains them, "
+          f"privfair_cli.seedbatch), one core: {both / 3600:.2f} h; on the 2 cores (two models at a time): "
+          f"~{both / 2 / 3600:.2f} h (issue target: under 1 h: ratio {both / 2 / 3600:.2f}); as 5 single-seed runs "
+          f"per model (the baseline): {solo / 3600:.2f} h on one core, ~{solo / 2 / 3600:.2f} h on two")
     if os.environ.get("CFGAN_BENCH_FULL") == "1":
         t0 = time.perf_counter()
         fast = dataclasses.replace(cfg, profile="fast")

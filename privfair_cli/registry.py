@@ -79,6 +79,9 @@ class Plugin:
     (evaluate.py), e.g. to add the metrics its family's spec asks for.
     `artifacts(folder)` may write small files (weights, graphs, curves) into the folder it is given: the run's
     `artifacts/`, swapped into the run folder with the rest of the result.
+    `seed_batching`: the plugin can train several seeds as one model; in a seed group of a sweep (`seedbatch`) it
+    is given `peer_noise` before `fit` ({run seed: that run's noise stream}, its own included) and sets
+    `seeds_batched` (the run seeds it trained together, [] when alone).
     `needs` names the dataset views (VIEWS) the plugin reads, `a|b` for either; `requirements(cfg)` may refine
     them for a configured instance. The run checks them against the card before any data is read.
     """
@@ -95,6 +98,7 @@ class Plugin:
     own_noise: ClassVar[str] = ""  # noise drawn outside privfair_cli.privacy (e.g. "torch noise"): no secure mode
     Config: ClassVar[type | None] = None  # None: a plugin not yet converted to a typed config (takes **params)
     needs: ClassVar[tuple[str, ...]] = ()  # dataset views (VIEWS; "a|b" = either); () = KIND_NEEDS[kind]
+    seed_batching: ClassVar[bool] = False  # trains a sweep's seeds as one model (seedbatch; `peer_noise` given)
 
     def __init__(self, cfg: Any = None, mechanism: dict | None = None, **params: Any):
         if self.Config is None:

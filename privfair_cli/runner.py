@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
-from privfair_cli import __version__, evaluate, registry, results, runid, schema
+from privfair_cli import __version__, evaluate, registry, results, runid, schema, seedbatch
 from privfair_cli import datasets as data_lib
 from privfair_cli.errors import DataError, RunFolderTaken
 from privfair_cli.privacy import Budget, NoiseSource, PrivacyLedger, to_json
@@ -147,6 +147,8 @@ def compute(rc: schema.RunConfig, artifacts: Path, log=print) -> dict:
     noise = NoiseSource.for_run(rng["noise"], rc.secure)
     t1 = time.perf_counter()
     fit_data = data_lib.hide_labels(train) if "row_labelled" in train.meta else train
+    if cls.seed_batching and not rc.secure and rc.seed in seedbatch.GROUP:  # the sweep runs its seeds together
+        plugin.peer_noise = {k: NoiseSource.for_run(streams(k)["noise"], False) for k in seedbatch.GROUP}
     plugin.fit(fit_data, budget, ledger, noise, device)
     ledger.check()
     timings["fit"] = time.perf_counter() - t1
@@ -179,5 +181,6 @@ def compute(rc: schema.RunConfig, artifacts: Path, log=print) -> dict:
         "guarantee": guarantee(plugin, ledger),
         "warnings": data_warnings + premise_warnings(ledger, len(train)) + plugin.warnings(),
         "timings": timings,
-        "env": environment(device) | {"argv": " ".join(sys.argv[1:])},
+        "env": environment(device) | {"argv": " ".join(sys.argv[1:])} | (
+            {"seeds_batched": batched} if (batched := getattr(plugin, "seeds_batched", None)) else {}),
     }

@@ -45,9 +45,9 @@ def run_job(job: list[str], sweep_dir: Path) -> tuple[str, str, list[str], str]:
     return "skipped" if skipped else "done", summary_line(record), messages, str(run_dir)
 
 
-def _worker_job(job: list[str], sweep_dir: Path, cap: int, launcher: int, cwd: str
-                ) -> tuple[str, str, list[str], str]:
-    """`run_job` in a worker process: in the launching process's folder `cwd` (a worker outlives one sweep, and the
+def _worker_task(task: list[list[str]], sweep_dir: Path, cap: int, launcher: int, cwd: str
+                 ) -> list[tuple[str, str, list[str], str]]:
+    """`run_task` in a worker process: in the launching process's folder `cwd` (a worker outlives one sweep, and the
     folder it started in may be gone), its thread cap applied, its progress bars left to the launching process
     (`launcher`, its pid), and Ctrl-C too (it stops the sweep and its workers)."""
     import os
@@ -59,7 +59,7 @@ def _worker_job(job: list[str], sweep_dir: Path, cap: int, launcher: int, cwd: s
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     os.environ["PRIVFAIR_THREADS"], os.environ["PRIVFAIR_SWEEP_PID"] = str(cap), str(launcher)
     threads.limit_threads()
-    return run_job(job, sweep_dir)
+    return list(run_task(task, sweep_dir))
 
 
 def _seed_of(job: list[str]) -> float:
@@ -75,10 +75,58 @@ def _seed_of(job: list[str]) -> float:
     return 0.0
 
 
+def _group_key(job: list[str], sweep_dir: Path) -> tuple | None:
+    """What the job shares with the other seeds of its seed group (`seedbatch`): its overrides without `seed=`; None
+    when it runs alone: its plugin cannot batch seeds, its noise is secure, its data depend on the seed (a generated
+    card, a sampled `n`, a split), or it is complete already."""
+    from privfair_cli import datasets, registry, results, schema
+
+    try:
+        cfg = job_config(job)
+        rc = schema.validate(cfg)
+        batching = registry.get(rc.algo).seed_batching
+        generated = hasattr(datasets.loader_module(rc.data.raw), "generate")
+    except Exception:  # the run itself reports what is wrong
+        return None
+    if not batching or rc.secure or generated or rc.data.n is not None or rc.data.test_size != 0:
+        return None
+    if not rc.overwrite and results.is_complete(run_dir_of(sweep_dir, cfg, job)):
+        return None
+    return tuple(sorted(item for item in job if item.partition("=")[0].lstrip("+~") != "seed"))
+
+
+def tasks_of(jobs: list[list[str]], sweep_dir: Path) -> list[list[list[str]]]:
+    """The jobs in running order as tasks, each run by one process: a job alone, or a seed group (the jobs of one
+    `_group_key`, at the place of its first job), whose first run trains every seed of the group (`seedbatch`)."""
+    tasks: list[list[list[str]]] = []
+    groups: dict[tuple, list[list[str]]] = {}
+    for job in jobs:
+        key = _group_key(job, sweep_dir)
+        if key is None:
+            tasks.append([job])
+        elif key in groups:
+            groups[key].append(job)
+        else:
+            tasks.append(groups.setdefault(key, [job]))
+    return tasks
+
+
+def run_task(task: list[list[str]], sweep_dir: Path):
+    """`run_job` for each job of a task, yielding as each ends; a seed group's runs inside `seedbatch.group`."""
+    from privfair_cli import seedbatch
+
+    if len(task) == 1:
+        yield run_job(task[0], sweep_dir)
+        return
+    with seedbatch.group([int(_seed_of(job)) for job in task]):
+        for job in task:
+            yield run_job(job, sweep_dir)
+
+
 def run_inprocess(overrides: list[str], sweep_dir: Path, log=print, workers: int = 1) -> Outcome:
     """Run every job of a sweep, one after the other in this process (`workers` = 1) or on `workers` local
     processes side by side, each with cores // workers threads; a job that fails is recorded in its folder
-    (`failed.json`) and the sweep goes on."""
+    (`failed.json`) and the sweep goes on. A seed group (`tasks_of`) runs in one process."""
     import os
 
     from privfair_cli import progress
@@ -86,16 +134,18 @@ def run_inprocess(overrides: list[str], sweep_dir: Path, log=print, workers: int
     for point in prevalidate(overrides, multirun=True):
         log(f"warning: {point}; its runs will be recorded as failed")
     jobs = sorted(expand(overrides), key=_seed_of)  # stable: a seed's runs side by side (they share its split)
+    tasks = tasks_of(jobs, sweep_dir)
     outcome = Outcome(len(jobs), sweep_dir=sweep_dir)
-    workers = max(1, min(int(workers), len(jobs)))
+    workers = max(1, min(int(workers), len(tasks)))
     if workers == 1:
-        results = (run_job(job, sweep_dir) for job in jobs)
+        results = (result for task in tasks for result in run_task(task, sweep_dir))
     else:
         from joblib import Parallel, delayed
 
         cap = max(1, (os.cpu_count() or 1) // workers)
-        results = Parallel(n_jobs=workers, backend="loky", return_as="generator_unordered")(
-            delayed(_worker_job)(job, sweep_dir, cap, os.getpid(), os.getcwd()) for job in jobs)
+        done = Parallel(n_jobs=workers, backend="loky", return_as="generator_unordered")(
+            delayed(_worker_task)(task, sweep_dir, cap, os.getpid(), os.getcwd()) for task in tasks)
+        results = (result for task_results in done for result in task_results)
     show = progress.mode() if log is print else "off"
     with progress.Bar(len(jobs), "sweep", unit="runs", interval=10.0, show=show) as bar:
         say = bar.log if log is print else log

@@ -1,0 +1,52 @@
+"""Seeds trained together. The runs of a sweep that differ only in their seed, of a plugin that can train several
+seeds as one batched model (`Plugin.seed_batching`: CFGAN's stacked-parameter ensembles, `algorithms/gan.py`), on a
+card whose data do not depend on the seed (a file-backed table, no sampled `n`, `test_size: 0`), are run one after
+the other in one process (`sweep.run_inprocess`, so `privfair reproduce` and its `--jobs`). The first of them trains
+every seed of the group as one model; each run then takes its own member, evaluates and writes its own folder as
+any run does (resume, failure records and run identity are unchanged).
+
+A member draws every random number from a generator of its own seed, so it computes what the solo run of its seed
+computes except for the order of some float sums over the batch (reduction kernels split a (E, rows, ...) tensor
+differently from a (1, rows, ...) one): about 1e-8 per step, which GAN training amplifies, so a batched seed's
+numbers are an equally valid seeded run, not the solo run's numbers bit for bit. The same group gives the same
+numbers again; the seeds a run was trained with are in its record (`env.seeds_batched`).
+
+- `GROUP`: the run seeds of the group being run in this process (empty outside one); `group(seeds)` sets it.
+- `train(key, seed, seeds, fit)`: the model holding `seed`'s member and the member's index: kept from an earlier run
+  of the group with the same `key` (plugin, config, data), or trained now as `fit(seeds)`; a run whose data differ
+  from the group's (another key) trains alone.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Sequence
+
+GROUP: list[int] = []
+_KEPT: dict = {}  # "group" -> (key, seeds, model): the last trained group, one at a time
+
+
+@contextlib.contextmanager
+def group(seeds: Sequence[int]):
+    GROUP[:] = [int(s) for s in seeds]
+    try:
+        yield
+    finally:
+        GROUP.clear()
+        _KEPT.clear()
+
+
+def train(key, seed: int, seeds: Sequence[int], fit: Callable[[list[int]], object]) -> tuple[object, int, list[int]]:
+    """(model, index of `seed`'s member, the seeds it was trained with)."""
+    seeds = list(seeds)
+    kept = _KEPT.get("group")
+    if kept is not None and seed in kept[1]:
+        if kept[0] == key:
+            return kept[2], kept[1].index(seed), kept[1]
+        seeds = [seed]  # this run's data or config differ from the group's first run: it trains alone
+    if seed not in seeds:
+        seeds = [seed]
+    model = fit(seeds)
+    if len(seeds) > 1:
+        _KEPT["group"] = (key, seeds, model)
+    return model, seeds.index(seed), seeds
