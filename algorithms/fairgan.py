@@ -46,16 +46,20 @@ Deviations and choices (spec IDs):
   medGAN adds to every loss); biases, BN parameters are not decayed.
 - `adv_debias`: AIF360's per-variable projection; lr 1e-3 decayed x0.96 every 1000 steps (staircase); 50
   epochs of batch 128 over a per-epoch permutation; `adversary` eo (default, A14) or dp.
-- One seed per run: the trainer can train several seeds as one batched ensemble (`gan.py`, used by the benchmark),
-  but a privfair run fits one seed (`ensemble` is not a run option).
+- Seeds: a run trains its seed alone; in a sweep run in process (`privfair reproduce`) the runs that differ only in
+  their seed train as one batched ensemble, each member from generators of its own seed (`privfair_cli.seedbatch`,
+  `env.seeds_batched`; a member's `runtime` is its share of the group's training). A member is its seed's run up
+  to the order of some float sums, which training amplifies: an equally valid run, not the solo one bit for bit.
 """
 
 from __future__ import annotations
 
 import gzip
+import hashlib
 import json
 import math
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -65,7 +69,7 @@ import pandas as pd
 import torch
 import torch.nn.functional as F
 
-from privfair_cli import metrics
+from privfair_cli import metrics, seedbatch
 from privfair_cli.algorithms import gan
 from privfair_cli.errors import DataError
 from privfair_cli.registry import Plugin, register
@@ -197,7 +201,9 @@ class FairGANModel:
     """FairGAN / FairGAN+ / ACGAN as one model of `E` members (gan.Ensemble). `fit(X, y, s)` trains;
     `generate(n)` returns soft (x, y, s) of member-stacked shape; `eta_logits(X)` the classifier's."""
 
-    def __init__(self, cfg: FairGANConfig, groups: list[int], E: int = 1, device: str = "cpu", seed: int = 0):
+    def __init__(self, cfg: FairGANConfig, groups: list[int], E: int = 1, device: str = "cpu",
+                 seed: int | Sequence[int] = 0):
+        """`seed`: one int (one generator for the E members) or E ints, one per member (gan.Ensemble)."""
         self.cfg, self.groups = cfg, list(groups)
         self.ens = ens = gan.Ensemble(E, device, seed)
         self.n_x = int(sum(groups))
@@ -350,7 +356,7 @@ class FairGANModel:
     def generate(self, n: int, seed: int):
         """Soft records: v (E, n, vdim), y (E, n), s (E, n), with BN in inference mode."""
         self.G.eval()
-        self.ens.generator.manual_seed(int(seed))
+        self.ens.reseed([seed] * len(self.ens.generators))
         vs, ys, ss = [], [], []
         for k in range(0, n, GEN_CHUNK):
             v, y, s = self.fake_batch(min(GEN_CHUNK, n - k))
@@ -425,24 +431,40 @@ class FairGANGenerator(Plugin):
     private = False
     guarantee = "none"
     cuda = True
+    seed_batching = True
     Config = FairGANConfig
 
     def fit(self, data, budget, ledger, rng, device="cpu"):
         t0 = time.perf_counter()
         self.enc = encoding_of(data)
         X = self.enc.onehot(data.frame)
-        seed = int(np.random.default_rng(rng.integers(2**SEED_BITS)).integers(2**SEED_BITS))
-        self.sample_seed = seed + 1
+        seed = self._seed(rng)
+        peers = getattr(self, "peer_noise", None) or {}  # run seed -> its noise stream (seedbatch: seeds batched)
+        seeds = [self._seed(p) for p in peers.values()] or [seed]
         threads = self.cfg.threads if device == "cpu" else torch.get_num_threads()
+
+        def train(members: list[int]):
+            E = len(members)
+            model = FairGANModel(self.cfg, self.enc.sizes, E, device, members if E > 1 else members[0])
+            return model.fit(X, data.y, data.s, self.name if E == 1 else f"{self.name}, {E} seeds batched")
+
+        key = (self.name, repr(self.cfg), device, hashlib.sha1(X.tobytes() + np.asarray(data.y).tobytes()
+                                                               + np.asarray(data.s).tobytes()).hexdigest())
         with gan.torch_threads(threads):
-            self.model = FairGANModel(self.cfg, self.enc.sizes, 1, device, seed).fit(
-                X, data.y, data.s, self.name)
-        self.fit_seconds = time.perf_counter() - t0
+            self.model, self.member, used, seconds = seedbatch.train(key, seed, seeds, train)
+        self.seeds_batched = [list(peers)[seeds.index(s)] for s in used] if len(used) > 1 else []
+        # a batched seed's runtime: its share of the group's training
+        self.fit_seconds = time.perf_counter() - t0 - (seconds - seconds / len(used) if self.seeds_batched else 0.0)
         return self
+
+    @staticmethod
+    def _seed(rng) -> int:
+        return int(np.random.default_rng(rng.integers(2**SEED_BITS)).integers(2**SEED_BITS))
 
     def sample(self, n, rng) -> pd.DataFrame:
         v, y, s = self.model.generate(int(n), int(rng.integers(2**SEED_BITS)))
-        v, y, s = v[0].cpu().numpy(), y[0].cpu().numpy(), s[0].cpu().numpy().astype(int)
+        k = self.member
+        v, y, s = v[k].cpu().numpy(), y[k].cpu().numpy(), s[k].cpu().numpy().astype(int)
         codes = discretise(v[:, :self.model.n_x], self.enc.sizes, self.cfg.discretise, rng)
         y = (y >= 0.5).astype(int)
         self.synthetic = self.enc.frame(codes, y, s)
@@ -451,7 +473,7 @@ class FairGANGenerator(Plugin):
     def classify(self, X_real, frame_synth) -> np.ndarray:
         """The run's classifier on the real x: eta (FairGAN+ / ACGAN), else LR trained on the synthetic (x, y)."""
         if self.model.eta is not None:
-            return (self.model.eta_proba(X_real)[0] >= 0.5).astype(int)
+            return (self.model.eta_proba(X_real)[self.member] >= 0.5).astype(int)
         Xs = self.enc.onehot(frame_synth)
         ys = (frame_synth[self.enc.label].to_numpy() == self.enc.y_codes[1]).astype(int)
         return fit_lr(Xs, ys)(X_real)
@@ -478,7 +500,8 @@ class FairGANGenerator(Plugin):
         if self.model.eta is not None:
             eta = {"inputs": [f"{a}={k}" for a, n in zip(self.enc.attributes, self.enc.sizes, strict=True)
                               for k in range(n)],
-                   "w": self.model.eta.W.detach()[0, :, 0].tolist(), "b": float(self.model.eta.b.detach()[0, 0, 0])}
+                   "w": self.model.eta.W.detach()[self.member, :, 0].tolist(),
+                   "b": float(self.model.eta.b.detach()[self.member, 0, 0])}
             (run_dir / "eta.json").write_text(json.dumps(eta) + "\n")
 
 

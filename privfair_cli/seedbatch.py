@@ -12,14 +12,15 @@ numbers are an equally valid seeded run, not the solo run's numbers bit for bit.
 numbers again; the seeds a run was trained with are in its record (`env.seeds_batched`).
 
 - `GROUP`: the run seeds of the group being run in this process (empty outside one); `group(seeds)` sets it.
-- `train(key, seed, seeds, fit)`: the model holding `seed`'s member and the member's index: kept from an earlier run
-  of the group with the same `key` (plugin, config, data), or trained now as `fit(seeds)`; a run whose data differ
-  from the group's (another key) trains alone.
+- `train(key, seed, seeds, fit)`: the model holding `seed`'s member, the member's index, the seeds trained and the
+  seconds their training took: kept from an earlier run of the group with the same `key` (plugin, config, data), or
+  trained now as `fit(seeds)`; a run whose data differ from the group's (another key) trains alone.
 """
 
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Callable, Sequence
 
 GROUP: list[int] = []
@@ -36,17 +37,20 @@ def group(seeds: Sequence[int]):
         _KEPT.clear()
 
 
-def train(key, seed: int, seeds: Sequence[int], fit: Callable[[list[int]], object]) -> tuple[object, int, list[int]]:
-    """(model, index of `seed`'s member, the seeds it was trained with)."""
+def train(key, seed: int, seeds: Sequence[int], fit: Callable[[list[int]], object]
+          ) -> tuple[object, int, list[int], float]:
+    """(model, index of `seed`'s member, the seeds it was trained with, the seconds `fit` took for them)."""
     seeds = list(seeds)
     kept = _KEPT.get("group")
     if kept is not None and seed in kept[1]:
         if kept[0] == key:
-            return kept[2], kept[1].index(seed), kept[1]
+            return kept[2], kept[1].index(seed), kept[1], kept[3]
         seeds = [seed]  # this run's data or config differ from the group's first run: it trains alone
     if seed not in seeds:
         seeds = [seed]
+    t0 = time.perf_counter()
     model = fit(seeds)
+    seconds = time.perf_counter() - t0
     if len(seeds) > 1:
-        _KEPT["group"] = (key, seeds, model)
-    return model, seeds.index(seed), seeds
+        _KEPT["group"] = (key, seeds, model, seconds)
+    return model, seeds.index(seed), seeds, seconds
