@@ -1,5 +1,6 @@
 """Seeds trained together. The runs of a sweep that differ only in their seed, of a plugin that can train several
-seeds as one batched model (`Plugin.seed_batching`: CFGAN's stacked-parameter ensembles, `algorithms/gan.py`), on a
+seeds as one batched model (`Plugin.seed_batching`: the FairGAN and CFGAN families' stacked-parameter ensembles,
+`algorithms/gan.py`), on a
 card whose data do not depend on the seed (a file-backed table, no sampled `n`, `test_size: 0`), are run one after
 the other in one process (`sweep.run_inprocess`, so `privfair reproduce` and its `--jobs`). The first of them trains
 every seed of the group as one model; each run then takes its own member, evaluates and writes its own folder as
@@ -24,7 +25,7 @@ import time
 from collections.abc import Callable, Sequence
 
 GROUP: list[int] = []
-_KEPT: dict = {}  # "group" -> (key, seeds, model): the last trained group, one at a time
+_KEPT: dict = {}  # "group" -> (key, seeds, model, seconds): the last trained group, one at a time
 
 
 @contextlib.contextmanager

@@ -83,12 +83,13 @@ def _group_key(job: list[str], sweep_dir: Path) -> tuple | None:
 
     try:
         cfg = job_config(job)
+        if not registry.get(str(cfg.algo.name)).seed_batching:
+            return None
         rc = schema.validate(cfg)
-        batching = registry.get(rc.algo).seed_batching
         generated = hasattr(datasets.loader_module(rc.data.raw), "generate")
     except Exception:  # the run itself reports what is wrong
         return None
-    if not batching or rc.secure or generated or rc.data.n is not None or rc.data.test_size != 0:
+    if rc.secure or generated or rc.data.n is not None or rc.data.test_size != 0:
         return None
     if not rc.overwrite and results.is_complete(run_dir_of(sweep_dir, cfg, job)):
         return None
