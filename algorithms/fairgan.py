@@ -451,10 +451,9 @@ class FairGANGenerator(Plugin):
         key = (self.name, repr(self.cfg), device, hashlib.sha1(X.tobytes() + np.asarray(data.y).tobytes()
                                                                + np.asarray(data.s).tobytes()).hexdigest())
         with gan.torch_threads(threads):
-            self.model, self.member, used, seconds = seedbatch.train(key, seed, seeds, train)
+            self.model, self.member, used, share = seedbatch.train(key, seed, seeds, train)
         self.seeds_batched = [list(peers)[seeds.index(s)] for s in used] if len(used) > 1 else []
-        # a batched seed's runtime: its share of the group's training
-        self.fit_seconds = time.perf_counter() - t0 - (seconds - seconds / len(used) if self.seeds_batched else 0.0)
+        self.fit_seconds = time.perf_counter() - t0 + share  # a batched seed's runtime: its share of the training
         return self
 
     @staticmethod

@@ -14,7 +14,9 @@ numbers again; the seeds a run was trained with are in its record (`env.seeds_ba
 
 - `GROUP`: the run seeds of the group being run in this process (empty outside one); `group(seeds)` sets it.
 - `train(key, seed, seeds, fit)`: the model holding `seed`'s member, the member's index, the seeds trained and the
-  seconds their training took: kept from an earlier run of the group with the same `key` (plugin, config, data), or
+  seconds to add to the caller's own wall time so that it reports its member's share of the group's training (the
+  run that trained the group subtracts the others' shares, a run that takes the kept model adds its share, a run
+  trained alone adds nothing): kept from an earlier run of the group with the same `key` (plugin, config, data), or
   trained now as `fit(seeds)`; a run whose data differ from the group's (another key) trains alone.
 """
 
@@ -40,12 +42,13 @@ def group(seeds: Sequence[int]):
 
 def train(key, seed: int, seeds: Sequence[int], fit: Callable[[list[int]], object]
           ) -> tuple[object, int, list[int], float]:
-    """(model, index of `seed`'s member, the seeds it was trained with, the seconds `fit` took for them)."""
+    """(model, index of `seed`'s member, the seeds it was trained with, the seconds that turn the caller's wall time
+    into its member's share of the training)."""
     seeds = list(seeds)
     kept = _KEPT.get("group")
     if kept is not None and seed in kept[1]:
         if kept[0] == key:
-            return kept[2], kept[1].index(seed), kept[1], kept[3]
+            return kept[2], kept[1].index(seed), kept[1], kept[3] / len(kept[1])
         seeds = [seed]  # this run's data or config differ from the group's first run: it trains alone
     if seed not in seeds:
         seeds = [seed]
@@ -54,4 +57,4 @@ def train(key, seed: int, seeds: Sequence[int], fit: Callable[[list[int]], objec
     seconds = time.perf_counter() - t0
     if len(seeds) > 1:
         _KEPT["group"] = (key, seeds, model, seconds)
-    return model, seeds.index(seed), seeds, seconds
+    return model, seeds.index(seed), seeds, seconds / len(seeds) - seconds

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import time
 from pathlib import Path
 
 import numpy as np
@@ -55,13 +56,18 @@ def test_train_keeps_the_group_and_lets_other_data_train_alone():
 
     def fit(seeds):
         calls.append(list(seeds))
+        time.sleep(0.03)
         return f"model{len(calls)}"
 
     with seedbatch.group([0, 1, 2]):
         first = seedbatch.train("k", 10, [10, 11, 12], fit)
         assert first[:3] == ("model1", 0, [10, 11, 12])
-        assert seedbatch.train("k", 12, [10, 11, 12], fit) == ("model1", 2, [10, 11, 12], first[3])
-        assert seedbatch.train("other data", 11, [10, 11, 12], fit)[:3] == ("model2", 0, [11])
+        kept = seedbatch.train("k", 12, [10, 11, 12], fit)
+        assert kept[:3] == ("model1", 2, [10, 11, 12])
+        # each run reports a third of the group's training: the first subtracts two thirds, the others add a third
+        assert kept[3] > 0.01 and first[3] == pytest.approx(-2 * kept[3])
+        alone = seedbatch.train("other data", 11, [10, 11, 12], fit)
+        assert alone[:3] == ("model2", 0, [11]) and alone[3] == 0
     assert seedbatch.GROUP == [] and seedbatch.train("k", 10, [10], fit)[0] == "model3"
     assert calls == [[10, 11, 12], [11], [10]]
 
