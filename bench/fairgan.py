@@ -12,6 +12,9 @@
    seconds per AE step and per GAN iteration of each phase at batch 500 times the profile's step counts (the run
    itself takes longer than `make bench` should); set FAIRGAN_BENCH_FULL=1 to time a real `fast` fit instead.
 Synthetic one-hot data of Adult's shape (12 attributes, 57 dims), so no dataset is needed.
+
+`python -m bench.fairgan cuda` (on a CUDA machine): items 1 and 2 on the GPU, wall time per iteration after a
+device synchronisation, and the fast profile's iteration at batch 500, 5 seeds batched.
 """
 
 from __future__ import annotations
@@ -138,5 +141,48 @@ def main() -> None:
         print(f"fast profile, timed fit: {(time.perf_counter() - t0) / 60:.1f} min")
 
 
+def cuda_per_iteration(m: FairGANModel, batch: int, lam: float, reps: int = 200) -> float:
+    """Wall seconds per iteration on the GPU (best of 3 rounds, each ended by a synchronisation)."""
+    for _ in range(20):
+        m.iteration(batch, lam, lam)
+    best = float("inf")
+    for _ in range(3):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(reps):
+            m.iteration(batch, lam, lam)
+        torch.cuda.synchronize()
+        best = min(best, (time.perf_counter() - t0) / reps)
+    return best
+
+
+def cuda() -> None:
+    X, y, s = adult_like()
+    cfg = registry.make("fairgan_plus_dp").cfg
+    print(f"device: {torch.cuda.get_device_name(0)}, torch {torch.__version__}")
+
+    def model(E: int, seed: int = 0) -> FairGANModel:
+        m = FairGANModel(cfg, GROUPS, E, "cuda", seed if E == 1 else list(range(E)))
+        m.set_data(X, y, s)
+        return m
+
+    one = {}
+    for lam, phase in ((1.0, "phase 2"), (0.0, "phase 1")):
+        one[lam] = cuda_per_iteration(model(1), 100, lam)
+        print(f"CUDA, one iteration, batch 100, 1 seed, {phase}: {one[lam] * 1e3:.2f} ms (target {TARGET_MS:g} ms: "
+              f"ratio {one[lam] * 1e3 / TARGET_MS:.2f})")
+    five = cuda_per_iteration(model(5), 100, 1.0)
+    print(f"CUDA, 5 seeds batched, batch 100, phase 2: {five * 1e3:.2f} ms = {five / one[1.0]:.2f}x one seed "
+          f"(target <= 2x)")
+    B = PROFILES["fast"]["batch_size"]
+    fast = cuda_per_iteration(model(5), B, 1.0, reps=100)
+    steps = math.ceil(N / B) * (PROFILES["fast"]["phase1_epochs"] + PROFILES["fast"]["phase2_epochs"])
+    print(f"CUDA, fast profile (batch {B}), 5 seeds batched: {fast * 1e3:.2f} ms per iteration -> the GAN phases of "
+          f"5 seeds ~ {fast * steps / 60:.1f} min; the full schedule (batch 100, 4000 epochs) of 5 seeds ~ "
+          f"{five * math.ceil(N / 100) * 4000 / 3600:.1f} h")
+
+
 if __name__ == "__main__":
-    main()
+    import sys
+
+    cuda() if sys.argv[1:] == ["cuda"] else main()
