@@ -405,6 +405,10 @@ def test_a_kept_sgd_training_gives_the_same_run_as_training_again():
     a, b = (m.evaluate(data, test, np.random.default_rng(0)) for m in (fresh, again))
     assert a == pytest.approx(b, nan_ok=True, rel=0, abs=0)
     np.testing.assert_array_equal(fresh.reference_log.loss, again.reference_log.loss)
+    other_c, _ = fit("dpsgd", data, eps=10, delta=DELTA, seed=4, epochs=2, sigma="auto", C=3.0)
+    assert dpsgd._SGD_KEPT.keys() == kept.keys()  # sgd never clips: another C takes the same reference
+    for p, q in zip(other_c.reference.parameters(), sgd.model.parameters(), strict=True):
+        assert torch.equal(p, q)
     fit("sgd", data, seed=5, epochs=2)
     assert len(dpsgd._SGD_KEPT) == 2
 
