@@ -336,17 +336,18 @@ class FairGANModel:
         sched = self.cfg.schedule()
         B = sched["batch_size"]
         per_epoch = math.ceil(len(X) / B)
-        gan.train_loop(sched["pretrain_epochs"] * per_epoch, lambda i: self.pretrain_step(B) is None,
-                       f"{description} autoencoder")
+        ae_step = gan.Graphed(lambda: self.pretrain_step(B), self.ens)
+        gan.train_loop(sched["pretrain_epochs"] * per_epoch, lambda i: ae_step(), f"{description} autoencoder")
         phases = [(sched["phase1_epochs"], 0.0, 0.0), (sched["phase2_epochs"], self.cfg.lambda_, self.cfg.mu)]
         total = sum(e for e, _, _ in phases) * per_epoch
-        done = [0]
+        steps = {}  # (lambda, mu) -> the phase's iteration (one CUDA graph per phase on a GPU)
 
         def one(i):
             e1 = phases[0][0] * per_epoch
             lam, mu = (0.0, 0.0) if i < e1 else (phases[1][1], phases[1][2])
-            self.iteration(B, lam, mu)
-            done[0] += 1
+            if (lam, mu) not in steps:
+                steps[lam, mu] = gan.Graphed(lambda: self.iteration(B, lam, mu), self.ens)
+            steps[lam, mu]()
 
         self.G.train()
         gan.train_loop(total, one, f"{description} GAN")

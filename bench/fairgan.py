@@ -13,8 +13,9 @@
    itself takes longer than `make bench` should); set FAIRGAN_BENCH_FULL=1 to time a real `fast` fit instead.
 Synthetic one-hot data of Adult's shape (12 attributes, 57 dims), so no dataset is needed.
 
-`python -m bench.fairgan cuda` (on a CUDA machine): items 1 and 2 on the GPU, wall time per iteration after a
-device synchronisation, and the fast profile's iteration at batch 500, 5 seeds batched.
+`python -m bench.fairgan cuda [eager|graph]` (on a CUDA machine): items 1 and 2 on the GPU, eager and as one CUDA
+graph per iteration (`gan.Graphed`, what `fit` does on a GPU), wall time per iteration after a device
+synchronisation, and the fast profile's iteration at batch 500, 5 seeds batched.
 """
 
 from __future__ import annotations
@@ -141,22 +142,27 @@ def main() -> None:
         print(f"fast profile, timed fit: {(time.perf_counter() - t0) / 60:.1f} min")
 
 
-def cuda_per_iteration(m: FairGANModel, batch: int, lam: float, reps: int = 200) -> float:
-    """Wall seconds per iteration on the GPU (best of 3 rounds, each ended by a synchronisation)."""
+def cuda_per_iteration(m: FairGANModel, batch: int, lam: float, graphed: bool, reps: int = 200) -> float:
+    """Wall seconds per iteration on the GPU, eager or replayed as a CUDA graph (`gan.Graphed`, as `fit` trains),
+    best of 3 rounds, each ended by a synchronisation."""
+    from privfair_cli.algorithms import gan
+
+    step = gan.Graphed(lambda: m.iteration(batch, lam, lam), m.ens) if graphed else (
+        lambda: m.iteration(batch, lam, lam))
     for _ in range(20):
-        m.iteration(batch, lam, lam)
+        step()
     best = float("inf")
     for _ in range(3):
         torch.cuda.synchronize()
         t0 = time.perf_counter()
         for _ in range(reps):
-            m.iteration(batch, lam, lam)
+            step()
         torch.cuda.synchronize()
         best = min(best, (time.perf_counter() - t0) / reps)
     return best
 
 
-def cuda() -> None:
+def cuda(modes: tuple[str, ...] = ("eager", "graph")) -> None:
     X, y, s = adult_like()
     cfg = registry.make("fairgan_plus_dp").cfg
     print(f"device: {torch.cuda.get_device_name(0)}, torch {torch.__version__}")
@@ -167,22 +173,27 @@ def cuda() -> None:
         return m
 
     one = {}
-    for lam, phase in ((1.0, "phase 2"), (0.0, "phase 1")):
-        one[lam] = cuda_per_iteration(model(1), 100, lam)
-        print(f"CUDA, one iteration, batch 100, 1 seed, {phase}: {one[lam] * 1e3:.2f} ms (target {TARGET_MS:g} ms: "
-              f"ratio {one[lam] * 1e3 / TARGET_MS:.2f})")
-    five = cuda_per_iteration(model(5), 100, 1.0)
-    print(f"CUDA, 5 seeds batched, batch 100, phase 2: {five * 1e3:.2f} ms = {five / one[1.0]:.2f}x one seed "
-          f"(target <= 2x)")
-    B = PROFILES["fast"]["batch_size"]
-    fast = cuda_per_iteration(model(5), B, 1.0, reps=100)
-    steps = math.ceil(N / B) * (PROFILES["fast"]["phase1_epochs"] + PROFILES["fast"]["phase2_epochs"])
-    print(f"CUDA, fast profile (batch {B}), 5 seeds batched: {fast * 1e3:.2f} ms per iteration -> the GAN phases of "
-          f"5 seeds ~ {fast * steps / 60:.1f} min; the full schedule (batch 100, 4000 epochs) of 5 seeds ~ "
-          f"{five * math.ceil(N / 100) * 4000 / 3600:.1f} h")
+    for graphed in [mode == "graph" for mode in modes]:
+        how = "CUDA graph" if graphed else "eager"
+        for lam, phase in ((1.0, "phase 2"), (0.0, "phase 1")):
+            one[graphed, lam] = t = cuda_per_iteration(model(1), 100, lam, graphed)
+            print(f"CUDA {how}, one iteration, batch 100, 1 seed, {phase}: {t * 1e3:.2f} ms (target {TARGET_MS:g} ms: "
+                  f"ratio {t * 1e3 / TARGET_MS:.2f})", flush=True)
+        five = cuda_per_iteration(model(5), 100, 1.0, graphed)
+        print(f"CUDA {how}, 5 seeds batched, batch 100, phase 2: {five * 1e3:.2f} ms = "
+              f"{five / one[graphed, 1.0]:.2f}x one seed (target <= 2x)", flush=True)
+        B = PROFILES["fast"]["batch_size"]
+        fast = cuda_per_iteration(model(5), B, 1.0, graphed, reps=100)
+        steps = math.ceil(N / B) * (PROFILES["fast"]["phase1_epochs"] + PROFILES["fast"]["phase2_epochs"])
+        print(f"CUDA {how}, fast profile (batch {B}), 5 seeds batched: {fast * 1e3:.2f} ms per iteration -> the GAN "
+              f"phases of 5 seeds ~ {fast * steps / 60:.1f} min; the full schedule (batch 100, 4000 epochs) of 5 "
+              f"seeds ~ {five * math.ceil(N / 100) * 4000 / 3600:.1f} h", flush=True)
 
 
 if __name__ == "__main__":
     import sys
 
-    cuda() if sys.argv[1:] == ["cuda"] else main()
+    if sys.argv[1:2] == ["cuda"]:
+        cuda(tuple(sys.argv[2:]) or ("eager", "graph"))
+    else:
+        main()
