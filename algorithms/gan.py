@@ -195,8 +195,8 @@ class MLP(Module):
             top = torch.bmm(x, first.W[:, :k])
             means = torch.cat([xi.mean(1, keepdim=True) for xi in xs], 1)  # (E, len(xs), k)
             bottom = torch.baddbmm(first.b, means, first.W[:, k:])
-            reps = torch.as_tensor(sizes, device=x.device)
-            x = top + bottom.repeat_interleave(reps, dim=1, output_size=x.shape[1])
+            # each part's row broadcast over its rows (no host-to-device copy of the sizes: CUDA graphs refuse one)
+            x = top + torch.cat([bottom[:, i:i + 1].expand(-1, n, -1) for i, n in enumerate(sizes)], 1)
             x = self.hidden(x) if len(layers) > 1 else x
             layers = layers[1:]
         if layers:

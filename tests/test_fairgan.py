@@ -205,6 +205,7 @@ def test_graphed_step_replays_fresh_draws_and_trains_like_eager():
             lambda m=m: m.iteration(100, 1.0, 1.0))
         for _ in range(300):
             it()
+        assert not graphed or it.graph is not None  # captured, not fallen back to eager
         real, fake = m.real_batch(500), m.fake_batch(500)
         losses[graphed] = m.d_loss(real, fake, 1.0, 1.0).detach().cpu().numpy()
     assert np.isfinite(losses[True]).all()
