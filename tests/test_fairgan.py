@@ -170,6 +170,16 @@ def test_gan_building_blocks_shapes():
     assert torch.allclose(w.sum(), torch.tensor(1.0)) and torch.allclose(w[0, 0] * 2, torch.tensor(0.5))
 
 
+def test_gan_training_context_flushes_denormals_and_restores():
+    tiny = torch.tensor([1e-39])  # a float32 denormal
+    assert (tiny * 1.0).item() > 0
+    with gan.torch_threads(1):
+        if not torch.set_flush_denormal(True):
+            pytest.skip("this CPU cannot flush denormals")
+        assert (tiny * 1.0).item() == 0.0  # flushed inside the GAN trainers' context
+    assert (tiny * 1.0).item() > 0  # and only there
+
+
 def test_graphed_step_runs_eagerly_on_a_cpu():
     ens = gan.Ensemble(2, "cpu", [0, 1])
     draws = []
