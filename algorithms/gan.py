@@ -38,9 +38,9 @@ API (all tensors on one device, float32):
 - `train_loop(total, step, description, unit="iterations")`: calls `step(i)` for i < total under the project's
   progress bar (`privfair_cli.progress`); `step` may return a short info string.
 - `torch_threads(n)`: context manager setting torch's intra-op threads (1 for these tiny networks on CPU) and
-  flushing denormal floats to zero, as TensorFlow (the seeds' GAN code) does on a CPU by default: GAN training
-  drifts into denormal activations after about a thousand iterations, where each CPU matmul becomes several times
-  slower (an ACGAN iteration at batch 500: 30 ms, then 67 ms at iteration 900 and ~200 ms later; flushed: 30 ms
+  flushing denormal floats to zero, as TensorFlow (the seeds' GAN code) does on a CPU by default: FairGAN's
+  training drifts into denormal activations after about a thousand iterations, where each CPU matmul becomes several
+  times slower (an ACGAN iteration at batch 500: 30 ms, then 67 ms at iteration 900 and ~200 ms later; flushed: 30 ms
   throughout). Values below 1.2e-38 become 0; nothing a GAN computes depends on them.
 - `Graphed(fn, ens)`: on CUDA, `fn()` (a training step: no inputs, no host synchronisation) replayed as one CUDA
   graph: a few eager calls on a side stream, one capture, then replays. A step of these networks is hundreds of
