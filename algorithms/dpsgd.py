@@ -386,8 +386,8 @@ class XuSGD(Plugin):
         meta = tuple(data.meta.get(k) for k in ("vocab_size", "bag_width", "classes"))
         state = json.dumps(rng.bit_generator.state, sort_keys=True, default=str)
         # sgd never clips, so its C (the private runs' bound, which their reference inherits) does not change it
-        return (replace(settings, keep_weights=False, C=0.0), self.model_kind, self.binary, self.groups.K, str(self.device),
-                threads, data.d, meta, digest.hexdigest(), state)
+        return (replace(settings, keep_weights=False, C=0.0), self.model_kind, self.binary, self.groups.K,
+                str(self.device), threads, data.d, meta, digest.hexdigest(), state)
 
     def _new_model(self, data, seed: int) -> torch.nn.Module:
         with torch.random.fork_rng(devices=[]):
