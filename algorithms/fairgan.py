@@ -50,6 +50,10 @@ Deviations and choices (spec IDs):
   their seed train as one batched ensemble, each member from generators of its own seed (`privfair_cli.seedbatch`,
   `env.seeds_batched`; a member's `runtime` is its share of the group's training). A member is its seed's run up
   to the order of some float sums, which training amplifies: an equally valid run, not the solo one bit for bit.
+- Training flushes denormal floats to zero (`gan.torch_threads`), TensorFlow's CPU default, which the seed's code
+  had; without it a CPU run slowed 5-7x after about a thousand iterations. On CUDA each phase's iteration is
+  replayed as one CUDA graph (`gan.Graphed`): the same arithmetic and seeded generators, the draws in the graph's
+  order, so a CUDA run's numbers differ from an eager run's as any device's do.
 """
 
 from __future__ import annotations
