@@ -54,6 +54,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import warnings
 from collections.abc import Sequence
 
 import numpy as np
@@ -409,8 +410,6 @@ class Graphed:
             self._capture()
 
     def _capture(self) -> None:
-        import warnings
-
         graph = torch.cuda.CUDAGraph()
         try:
             for g in self.ens.generators:
@@ -427,17 +426,23 @@ class Graphed:
         graph.replay()  # this call's step
 
 
+_FLUSH_DEPTH = [0]  # open `torch_threads` contexts: the outermost one turns the flush on and off
+
+
 @contextlib.contextmanager
 def torch_threads(n: int):
-    """Torch's intra-op threads set to `n`, and denormal floats flushed to zero (module docstring) inside."""
+    """Torch's intra-op threads set to `n`, and denormal floats flushed to zero (module docstring) inside; nested
+    contexts keep the flush until the outermost one ends."""
     before = torch.get_num_threads()
     torch.set_num_threads(max(1, int(n)))
     flushed = torch.set_flush_denormal(True)
+    _FLUSH_DEPTH[0] += 1
     try:
         yield
     finally:
+        _FLUSH_DEPTH[0] -= 1
         torch.set_num_threads(before)
-        if flushed:
+        if flushed and not _FLUSH_DEPTH[0]:
             torch.set_flush_denormal(False)
 
 

@@ -1,10 +1,9 @@
 """Seeds trained together. The runs of a sweep that differ only in their seed, of a plugin that can train several
 seeds as one batched model (`Plugin.seed_batching`: the FairGAN and CFGAN families' stacked-parameter ensembles,
-`algorithms/gan.py`), on a
-card whose data do not depend on the seed (a file-backed table, no sampled `n`, `test_size: 0`), are run one after
-the other in one process (`sweep.run_inprocess`, so `privfair reproduce` and its `--jobs`). The first of them trains
-every seed of the group as one model; each run then takes its own member, evaluates and writes its own folder as
-any run does (resume, failure records and run identity are unchanged).
+`algorithms/gan.py`), on a card whose data do not depend on the seed (a file-backed table, no sampled `n`,
+`test_size: 0`), are run one after the other in one process (`sweep.run_inprocess`, so `privfair reproduce` and its
+`--jobs`). The first of them trains every seed of the group as one model; each run then takes its own member,
+evaluates and writes its own folder as any run does (resume, failure records and run identity are unchanged).
 
 A member draws every random number from a generator of its own seed, so it computes what the solo run of its seed
 computes except for the order of some float sums over the batch (reduction kernels split a (E, rows, ...) tensor
