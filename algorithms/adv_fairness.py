@@ -38,7 +38,6 @@ Deviations and resolutions (by spec item):
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 from dataclasses import dataclass, field
 from typing import Literal
@@ -51,6 +50,7 @@ from privfair_cli.algorithms import kamiran_calders
 from privfair_cli.errors import DataError
 from privfair_cli.metrics import GroupRates
 from privfair_cli.registry import Plugin, register
+from privfair_cli.threads import torch_threads
 from privfair_cli.typed import bounds
 
 
@@ -81,18 +81,6 @@ class AFAConfig:
 
 
 # ------------------------------------------------------------------------------------------------- the model
-@contextlib.contextmanager
-def torch_threads(n: int = 1):
-    """Run tiny-MLP work on n intra-op threads (more threads only add synchronisation for 100-unit layers, and
-    on a loaded machine their spin-waits cost 20x), restoring the previous setting after."""
-    old = torch.get_num_threads()
-    torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(old)
-
-
 def mlp(d: int, hidden: list[int]) -> nn.Sequential:
     """ReLU layers of the given widths and a 2-way output (logits g; softmax gives f). No hidden layer: linear."""
     layers, width = [], d

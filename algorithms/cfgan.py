@@ -78,6 +78,7 @@ from privfair_cli.algorithms import causal_effects as ce
 from privfair_cli.algorithms import gan
 from privfair_cli.errors import ConfigError, DataError
 from privfair_cli.registry import Plugin, register
+from privfair_cli.threads import torch_threads
 from privfair_cli.typed import bounds
 
 SEED_BITS = 62
@@ -405,7 +406,7 @@ class CFGANGenerator(_CausalGenerator):
             return model, (model.g2_effect() if self.cfg.criterion != "none" else None)
 
         key = (self.name, repr(self.cfg), device, hashlib.sha1(V.tobytes()).hexdigest(), V.shape)
-        with gan.torch_threads(threads):
+        with torch_threads(threads):
             (self.model, effects), self.member, used, share = seedbatch.train(key, seed, seeds, train)
         self.effect = float(effects[self.member]) if effects is not None else float("nan")
         self.seeds_batched = [list(peers)[seeds.index(s)] for s in used] if len(used) > 1 else []
@@ -413,7 +414,7 @@ class CFGANGenerator(_CausalGenerator):
         return self
 
     def sample(self, n, rng) -> pd.DataFrame:
-        with gan.torch_threads(self.cfg.threads):
+        with torch_threads(self.cfg.threads):
             V = self.model.generate(int(n), self._seed(rng))[self.member]
         return self._frame(V)
 

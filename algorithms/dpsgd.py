@@ -69,6 +69,7 @@ Deviations and choices (spec §7):
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import hashlib
 import json
@@ -97,6 +98,7 @@ from privfair_cli.algorithms.dpsgd_trainer import (
 )
 from privfair_cli.errors import ConfigError
 from privfair_cli.registry import Plugin, option, register
+from privfair_cli.threads import torch_threads
 from privfair_cli.typed import bounds
 
 SPEC_DEFAULTS = {  # spec §3, by model: what `auto` means
@@ -398,15 +400,11 @@ class XuSGD(Plugin):
     def _train_model(self, settings: TrainConfig, data, rng) -> tuple[torch.nn.Module, TrainLog]:
         seed = int(rng.integers(2**62))
         model = self._new_model(data, seed)
-        threads = torch.get_num_threads()
-        if self.device == "cpu" and self.model_kind == "logistic":
-            torch.set_num_threads(1)  # tiny ops: thread hand-offs cost ten times the arithmetic
-        try:
+        tiny = self.device == "cpu" and self.model_kind == "logistic"  # thread hand-offs cost 10x the arithmetic
+        with torch_threads(1) if tiny else contextlib.nullcontext():
             log = train(model, self.model_kind, self._inputs(data.X),
                         torch.as_tensor(data.y, dtype=torch.int64, device=self.device),
                         torch.as_tensor(self.groups.of_rows(data), device=self.device), settings, rng, self.device)
-        finally:
-            torch.set_num_threads(threads)
         return model, log
 
     def _history(self, plan: NoisePlan | None, budget, ledger) -> EpochHistory:

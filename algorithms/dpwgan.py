@@ -45,6 +45,7 @@ from privfair_cli.algorithms.dpsgd_accounting import sampled_gaussian_rdp
 from privfair_cli.algorithms.dpsgd_trainer import SEED_BITS, PerExampleGradients
 from privfair_cli.errors import ConfigError
 from privfair_cli.privacy import accountants
+from privfair_cli.threads import torch_threads
 
 
 @dataclass(frozen=True)
@@ -132,7 +133,7 @@ def generate(X: np.ndarray, domain: list[int], n_out: int, eps: float, delta: fl
     seed = int(noise.integers(2**SEED_BITS))
     gen_noise = torch.Generator().manual_seed(seed)
     torch.manual_seed(seed ^ 0x5EED)  # the critic's initialisation
-    with gan.torch_threads(1):
+    with torch_threads(1):
         real = gan.onehot_codes(X, domain)
         d = real.shape[1]
         ens = gan.Ensemble(1, "cpu", seed + 1)

@@ -50,7 +50,7 @@ Deviations and choices (spec IDs):
   their seed train as one batched ensemble, each member from generators of its own seed (`privfair_cli.seedbatch`,
   `env.seeds_batched`; a member's `runtime` is its share of the group's training). A member is its seed's run up
   to the order of some float sums, which training amplifies: an equally valid run, not the solo one bit for bit.
-- Training flushes denormal floats to zero (`gan.torch_threads`), TensorFlow's CPU default, which the seed's code
+- Training flushes denormal floats to zero (`threads.torch_threads`), TensorFlow's CPU default, which the seed's code
   had; without it a CPU run slowed 5-7x after about a thousand iterations. On CUDA each phase's iteration is
   replayed as one CUDA graph (`gan.Graphed`): the same arithmetic and seeded generators, the draws in the graph's
   order, so a CUDA run's numbers differ from an eager run's as any device's do.
@@ -77,6 +77,7 @@ from privfair_cli import metrics, seedbatch
 from privfair_cli.algorithms import gan
 from privfair_cli.errors import DataError
 from privfair_cli.registry import Plugin, register
+from privfair_cli.threads import torch_threads
 from privfair_cli.typed import bounds
 
 SEED_BITS = 62
@@ -455,7 +456,7 @@ class FairGANGenerator(Plugin):
 
         key = (self.name, repr(self.cfg), device, hashlib.sha1(X.tobytes() + np.asarray(data.y).tobytes()
                                                                + np.asarray(data.s).tobytes()).hexdigest())
-        with gan.torch_threads(threads):
+        with torch_threads(threads):
             self.model, self.member, used, share = seedbatch.train(key, seed, seeds, train)
         self.seeds_batched = [list(peers)[seeds.index(s)] for s in used] if len(used) > 1 else []
         self.fit_seconds = time.perf_counter() - t0 + share  # a batched seed's runtime: its share of the training
@@ -642,7 +643,7 @@ def adversarial_debiasing(X, y, s, cfg: AdvDebiasConfig, seed: int, device: str 
             for sc in sched:
                 sc.step()
 
-    with gan.torch_threads(cfg.threads):
+    with torch_threads(cfg.threads):
         if progress:
             gan.train_loop(cfg.epochs, epoch, "adv_debias", unit="epochs", every=1)
         else:

@@ -37,11 +37,6 @@ API (all tensors on one device, float32):
 - `batches(ens, n, batch)`: `(E, batch)` row indices, an independent uniform draw per member.
 - `train_loop(total, step, description, unit="iterations")`: calls `step(i)` for i < total under the project's
   progress bar (`privfair_cli.progress`); `step` may return a short info string.
-- `torch_threads(n)`: context manager setting torch's intra-op threads (1 for these tiny networks on CPU) and
-  flushing denormal floats to zero, as TensorFlow (the seeds' GAN code) does on a CPU by default: FairGAN's
-  training drifts into denormal activations after about a thousand iterations, where each CPU matmul becomes several
-  times slower (an ACGAN iteration at batch 500: 30 ms, then 67 ms at iteration 900 and ~200 ms later; flushed: 30 ms
-  throughout). Values below 1.2e-38 become 0; nothing a GAN computes depends on them.
 - `Graphed(fn, ens)`: on CUDA, `fn()` (a training step: no inputs, no host synchronisation) replayed as one CUDA
   graph: a few eager calls on a side stream, one capture, then replays. A step of these networks is hundreds of
   tiny kernels, so eagerly it is bound by Python's dispatch (`bench.fairgan cuda`); the graph launches them in one
@@ -52,7 +47,6 @@ API (all tensors on one device, float32):
 
 from __future__ import annotations
 
-import contextlib
 import math
 import warnings
 from collections.abc import Sequence
@@ -424,26 +418,6 @@ class Graphed:
             return
         self.graph = graph
         graph.replay()  # this call's step
-
-
-_FLUSH_DEPTH = [0]  # open `torch_threads` contexts: the outermost one turns the flush on and off
-
-
-@contextlib.contextmanager
-def torch_threads(n: int):
-    """Torch's intra-op threads set to `n`, and denormal floats flushed to zero (module docstring) inside; nested
-    contexts keep the flush until the outermost one ends."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(max(1, int(n)))
-    flushed = torch.set_flush_denormal(True)
-    _FLUSH_DEPTH[0] += 1
-    try:
-        yield
-    finally:
-        _FLUSH_DEPTH[0] -= 1
-        torch.set_num_threads(before)
-        if flushed and not _FLUSH_DEPTH[0]:
-            torch.set_flush_denormal(False)
 
 
 # -- tabular codes <-> one-hot blocks (added for the private GAN baselines; any tabular GAN can use them) --------

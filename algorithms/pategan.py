@@ -48,6 +48,7 @@ from privfair_cli.algorithms import gan
 from privfair_cli.algorithms.dpsgd_trainer import SEED_BITS
 from privfair_cli.errors import ConfigError
 from privfair_cli.privacy.noise import noise_source
+from privfair_cli.threads import torch_threads
 
 
 @dataclass(frozen=True)
@@ -130,7 +131,7 @@ def generate(X: np.ndarray, domain: list[int], n_out: int, eps: float, delta: fl
     seed = int(rng.integers(2**SEED_BITS))
     alpha = np.zeros(s.moments)
     labels = 0
-    with gan.torch_threads(1):
+    with torch_threads(1):
         real = gan.onehot_codes(X[order], domain).reshape(k, part, -1)  # (k, part, d): part i for teacher i
         d = real.shape[-1]
         ens1, ensk = gan.Ensemble(1, "cpu", seed), gan.Ensemble(k, "cpu", seed + 1)

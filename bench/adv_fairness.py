@@ -19,7 +19,7 @@ from omegaconf import OmegaConf
 
 from privfair_cli import datasets as data_lib
 from privfair_cli import registry
-from privfair_cli.algorithms import adv_fairness as afa
+from privfair_cli.threads import torch_threads
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs" / "data"
 
@@ -45,7 +45,7 @@ def main(m: int = 60, one_at_a_time: int = 10, max_iter: int = 2000) -> None:
     rng = np.random.default_rng(0)
     train, test = data_lib.split(table, 0.3, rng)
     plugin = registry.make("afa_lpf_pro", lpf_max_iter=max_iter, df_max_iter=max_iter)
-    with afa.torch_threads(1):
+    with torch_threads(1):
         _, fit_wall, fit_cpu = _timed(lambda: plugin.fit(train, None, None, rng))
         print(f"german_age: MLP {plugin.cfg.hidden} trained on {len(train)} rows x {plugin.cfg.epochs} epochs in "
               f"{fit_wall:.1f} s wall, {fit_cpu:.1f} s CPU")

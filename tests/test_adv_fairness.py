@@ -13,6 +13,7 @@ import torch
 from privfair_cli import registry
 from privfair_cli.algorithms import adv_fairness as afa
 from privfair_cli.datasets import Table
+from privfair_cli.threads import torch_threads
 from tests.conftest import require_data
 
 INF = torch.tensor(float("inf"))
@@ -20,7 +21,7 @@ INF = torch.tensor(float("inf"))
 
 @pytest.fixture(autouse=True)
 def one_thread():
-    with afa.torch_threads(1):
+    with torch_threads(1):
         yield
 
 
@@ -36,7 +37,7 @@ def _data(n=500, d=6, seed=0):
 def model():
     X, y, _ = _data()
     cfg = registry.make("afa_df_pro", hidden=[32, 32], epochs=40, batch_size=32).cfg
-    with afa.torch_threads(1):
+    with torch_threads(1):
         return afa.train_mlp(X, y, cfg, seed=0), torch.as_tensor(X[:120], dtype=torch.float32)
 
 

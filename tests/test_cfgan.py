@@ -11,9 +11,10 @@ import torch
 
 from privfair_cli import registry
 from privfair_cli.algorithms import causal_effects as ce
-from privfair_cli.algorithms import cfgan, gan
+from privfair_cli.algorithms import cfgan
 from privfair_cli.datasets import synth_causal
 from privfair_cli.errors import ConfigError, DataError
+from privfair_cli.threads import torch_threads
 from tests.conftest import card, fit, needs_data, table
 
 # spec §6: exact values by enumeration
@@ -41,7 +42,7 @@ def exact_joint(g):
 
 @pytest.fixture(scope="module", autouse=True)
 def one_thread():
-    with gan.torch_threads(1):
+    with torch_threads(1):
         yield
 
 
@@ -219,7 +220,7 @@ def test_cfgan_te_removes_the_total_effect_and_causalgan_keeps_it(graph, synth_f
     out = {}
     for name in ("causalgan", "cfgan_te"):
         cfg = _small(name, warmup_epochs=3, fair_epochs=5, lr=1e-3)  # a short schedule: a faster lr
-        with gan.torch_threads(1):
+        with torch_threads(1):
             model = cfgan.CFGANModel(graph, cfg, 3, "cpu", 0).fit(V, progress=False)
         G = model.generate(20_000, 1)
         out[name] = np.mean([ce.effect_metrics(pd.DataFrame(G[k], columns=graph.nodes), graph)["total_effect"]

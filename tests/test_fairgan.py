@@ -9,6 +9,7 @@ import torch
 
 from privfair_cli import datasets, metrics, registry
 from privfair_cli.algorithms import fairgan, gan
+from privfair_cli.threads import torch_threads
 from tests.conftest import fit, needs_data, table
 
 # small networks and a short schedule: what is tested is the machinery, not Adult's numbers
@@ -173,10 +174,10 @@ def test_gan_building_blocks_shapes():
 def test_gan_training_context_flushes_denormals_and_restores():
     tiny = torch.tensor([1e-39])  # a float32 denormal
     assert (tiny * 1.0).item() > 0
-    with gan.torch_threads(1):
+    with torch_threads(1):
         if not torch.set_flush_denormal(True):
             pytest.skip("this CPU cannot flush denormals")
-        with gan.torch_threads(1):
+        with torch_threads(1):
             assert (tiny * 1.0).item() == 0.0  # flushed inside the GAN trainers' context
         assert (tiny * 1.0).item() == 0.0  # a nested context's end keeps the outer one's flush
     assert (tiny * 1.0).item() > 0  # and only there

@@ -16,6 +16,7 @@ from privfair_cli import registry, seedbatch, sweep
 from privfair_cli.algorithms import causal_effects as ce
 from privfair_cli.algorithms import gan
 from privfair_cli.algorithms.cfgan import CFGANModel
+from privfair_cli.threads import torch_threads
 from tests.conftest import card, needs_data
 
 SMOKE = ["algo=cfgan_te", "data=adult_cfgan", "algo.profile=smoke"]
@@ -40,7 +41,7 @@ def test_cfgan_members_train_as_their_solo_models():
     g = ce.CausalGraph.from_spec(card("adult_cfgan")["causal_graph"])
     V = (np.random.default_rng(0).random((1500, len(g.nodes))) < 0.4).astype(np.int64)
     cfg = dataclasses.replace(registry.make("cfgan_te").cfg, warmup_epochs=2, fair_epochs=3, batch_size=128)
-    with gan.torch_threads(1):
+    with torch_threads(1):
         both = CFGANModel(g, cfg, 2, "cpu", [11, 22]).fit(V, progress=False)
         for k, seed in enumerate((11, 22)):
             solo = CFGANModel(g, cfg, 1, "cpu", seed).fit(V, progress=False)
