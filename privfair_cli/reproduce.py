@@ -8,7 +8,9 @@ The experiment config (`configs/experiment/NAME.yaml`) holds the sweep (`hydra.s
 - `privfair reproduce NAME` (the full sweep): `results/reproduce/NAME/`, the canonical comparison, built from the
   run folders of the full sweep only (runs of other configs under `runs/` never enter it);
 - `privfair reproduce NAME <overrides>` (a subset, or other settings): `results/reproduce/NAME/subsets/<slug>/`,
-  built from the runs of that command's sweep; the canonical comparison is left as it is.
+  built from the runs of that command's sweep; the canonical comparison is left as it is, unless `--update`
+  asks to recompute its cells that the full sweep's local runs measure (the others keep their committed rows:
+  run folders are not committed, so a long table grows a few cells at a time).
 
 A run that fails is recorded in its folder and its cells show `not_run`; the others are compared.
 
@@ -460,11 +462,31 @@ def draw(spec: dict, runs: pd.DataFrame, comparison: pd.DataFrame, out: Path, na
         _target(fig, "figure")(runs, comparison, out, name=name)
 
 
-def reproduce(name: str, overrides: list[str], run: bool = True, sweep_dir: Path | None = None, jobs: int = 1
-              ) -> pd.DataFrame | None:
+def update(name: str, spec: dict, root: Path, sweep_dir: Path) -> int:
+    """`--update`: the canonical comparison's cells that the full sweep's local runs measure, recomputed from those
+    runs; every other cell keeps its committed row (its runs were made on another machine or session and are not
+    here). Returns the number of cells written. Run folders are not committed, so this is how a session adds the
+    runs of a few cells of a long table without turning the others into `not_run`."""
+    runs = collect_runs(sweep_run_dirs([f"experiment={name}"], sweep_dir), spec)
+    fresh = table(compare(runs, pd.read_csv(published_dir() / spec["published"]), spec), spec)
+    path = root / "comparison.csv"
+    old = pd.read_csv(path) if path.is_file() else fresh
+    cells = ["table", "dataset", "algorithm", "metric"]
+    if list(old.columns) != list(fresh.columns) or not old[cells].astype(str).equals(fresh[cells].astype(str)):
+        raise ConfigError(f"{path} has other cells or columns than {name} declares now; run `privfair reproduce "
+                          f"{name}` without --update to rewrite it from the runs")
+    measured = fresh["verdict"] != "not_run"
+    title = spec.get("title", "{name}: ours vs published").format(name=name)
+    write(fresh.where(measured, old, axis=0), root, title)
+    return int(measured.sum())
+
+
+def reproduce(name: str, overrides: list[str], run: bool = True, sweep_dir: Path | None = None, jobs: int = 1,
+              update_canonical: bool = False) -> pd.DataFrame | None:
     """Run (unless `run=False`) and compare; returns the comparison with `attrs` `failed` (run folders whose run
     raised) and `out` (the folder it was written to). `sweep_dir` (default `runs/`) is where the runs go (the
-    regression guard uses a fresh one); `jobs` runs that many side by side (`sweep.run_inprocess`)."""
+    regression guard uses a fresh one); `jobs` runs that many side by side (`sweep.run_inprocess`);
+    `update_canonical` then updates the canonical comparison with every cell the local runs measure (`update`)."""
     from privfair_cli.sweep import run_inprocess
 
     spec = experiment_spec(name)
@@ -486,11 +508,16 @@ def reproduce(name: str, overrides: list[str], run: bool = True, sweep_dir: Path
     comparison = compare(runs, pd.read_csv(published_dir() / spec["published"]), spec)
     out = subset_dir(root, overrides) if overrides else root
     title = spec.get("title", "{name}: ours vs published").format(name=name)
-    write(table(comparison, spec), out, title + (f" (subset: {' '.join(overrides)})" if overrides else ""))
-    draw(spec, runs, comparison, out, name)
     _print(name, comparison)
-    print(f"wrote {out / 'comparison.csv'}" + ("" if not overrides else " (a subset: the comparison of the full "
-                                                                          "experiment is left as it is)"))
+    if overrides or not update_canonical:  # (the canonical comparison with --update: merged below, not rewritten)
+        write(table(comparison, spec), out, title + (f" (subset: {' '.join(overrides)})" if overrides else ""))
+        draw(spec, runs, comparison, out, name)
+        kept = " (a subset: the comparison of the full experiment is left as it is)"
+        print(f"wrote {out / 'comparison.csv'}" + ("" if not overrides or update_canonical else kept))
+    if update_canonical:
+        n = update(name, spec, root, sweep_dir)
+        print(f"updated {n} cells of {root / 'comparison.csv'} from the runs here; the others keep their committed "
+              f"rows (its figures are left as they are)")
     comparison.attrs["failed"] = failed  # run folders whose run raised (their cells are not_run)
     comparison.attrs["out"] = out
     return comparison

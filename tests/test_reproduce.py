@@ -8,6 +8,7 @@ import pandas as pd
 import pytest
 
 from privfair_cli import reproduce
+from privfair_cli.errors import ConfigError
 from tests.conftest import needs_data
 
 PUBLISHED = pd.DataFrame([
@@ -172,6 +173,43 @@ def test_a_subset_never_touches_the_canonical_comparison(tmp_path, monkeypatch):
     full = reproduce.reproduce("xu2021_table8_1", [], run=False)
     assert (full[(full.algorithm == "lr") & (full.dataset == "Adult")].verdict != "not_run").all()
     assert "table,dataset" in (root / "comparison.csv").read_text()
+
+
+@needs_data
+def test_update_recomputes_the_cells_measured_here_and_keeps_the_committed_rest(tmp_path, monkeypatch):
+    """--update: the canonical comparison's cells that the full sweep's local runs measure are recomputed; a cell
+    whose runs are not here keeps its committed row; a run outside the sweep (algo.l2=5) never enters it."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PRIVFAIR_PROGRESS", "off")
+    name = "xu2021_table8_1"
+    root = tmp_path / "results" / "reproduce" / name
+    reproduce.reproduce(name, [], run=False)  # no runs: every cell not_run
+    committed = pd.read_csv(root / "comparison.csv")
+    elsewhere = (committed.algorithm == "privlr") & (committed.dataset == "Dutch")  # "run in another session"
+    committed.loc[elsewhere, ["ours_mean", "verdict", "reason"]] = [0.5, "deviates", "committed reason"]
+    committed.to_csv(root / "comparison.csv", index=False, float_format="%.4f")
+
+    other = reproduce.reproduce(name, ["seed=range(1)", "algo=lr", "data=adult", "algo.l2=5"], update_canonical=True)
+    assert other.attrs["out"].parent.name == "subsets"
+    after = pd.read_csv(root / "comparison.csv")
+    assert (after.verdict == committed.verdict).all()  # the algo.l2=5 run is not part of the experiment
+
+    reproduce.reproduce(name, ["seed=range(1)", "algo=lr", "data=adult"], update_canonical=True)
+    after = pd.read_csv(root / "comparison.csv")
+    lr = (after.algorithm == "lr") & (after.dataset == "Adult")
+    assert (after[lr].verdict != "not_run").all() and after[lr].ours_mean.notna().all()
+    assert (after[elsewhere].verdict == "deviates").all() and (after[elsewhere].ours_mean == 0.5).all()
+    assert (after[elsewhere].reason == "committed reason").all()
+    rest = ~lr & ~elsewhere
+    assert (after[rest].verdict == "not_run").all()
+
+    reproduce.reproduce(name, [], run=False, update_canonical=True)  # the full experiment with --update: same
+    assert pd.read_csv(root / "comparison.csv").equals(after)
+
+    committed.drop(index=0).to_csv(root / "comparison.csv", index=False)  # cells differ: refused, file kept
+    with pytest.raises(ConfigError, match="without --update"):
+        reproduce.reproduce(name, [], run=False, update_canonical=True)
+    assert len(pd.read_csv(root / "comparison.csv")) == len(committed) - 1
 
 
 # ------------------------------------------------------------------------------------------ figure kinds
