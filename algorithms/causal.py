@@ -21,7 +21,11 @@ against the generating graph, or, for data without one (Adult), against the lear
 (`reference_graph`: PC with the same test on the same data, §4.6.3), cached on disk.
 
 Guarantees (what `claims()` returns, and why):
-- `lapmech`: eps-DP (the number of records n, used by the small-sample rule, is treated as public).
+- `lapmech`: eps-DP (the number of records n, used by the small-sample rule, is treated as public);
+  heuristic with `noise_cells: occupied`, a diagnostic that adds the noise to the non-empty cells only: the set of
+  empty cells is then released exactly, so a record's presence shows. It asks whether the published LapMech
+  numbers, far better than a full-table release allows, came from a table with about as many noisy cells as
+  records (docs/families/pc.md); the run warns and its ledger entry says so.
 - `privpc`: heuristic. Corollaries 1-2 give q1, q2 sensitivity 1 for the exact distance score; the score here is
   a greedy search (P3), an upper bound of the exact minimum, whose sensitivity is not proven (spec §3.4).
 - `privpc_star`: heuristic. The thesis' sensitivity assumes ||x||^2 <= p per record (P14) and, as the spec notes
@@ -328,6 +332,7 @@ class LapMechConfig(GraphConfig):
     ci_test: Literal["g2", "chi2"]
     n_min_factor: float = field(metadata=bounds(ge=0))
     max_cells: int = field(metadata=bounds(gt=0))
+    noise_cells: Literal["all", "occupied"]
 
 
 @dataclass(frozen=True)
@@ -456,16 +461,24 @@ class PC(PCFamily):
         return self.adjacency.copy() if uncapped else super().reference_graph(data)
 
 
-def noisy_contingency_table(codes: np.ndarray, cats, eps: float, rng, ledger, max_cells: int) -> np.ndarray:
+def noisy_contingency_table(codes: np.ndarray, cats, eps: float, rng, ledger, max_cells: int,
+                            occupied_only: bool = False) -> np.ndarray:
     """The full contingency table (shape `cats`, float32) plus Lap(1/eps) on every cell, empty ones included.
     The Laplace mechanism (sensitivity 1) is recorded once; its noise is drawn in chunks so that a table of
-    2^29 cells never needs a float64 copy. A table above `max_cells` cells is refused before anything is spent."""
+    2^29 cells never needs a float64 copy. A table above `max_cells` cells is refused before anything is spent.
+    `occupied_only` (not DP: which cells are empty is released exactly) noises the non-empty cells only."""
     shape = tuple(int(c) for c in cats)
     cells = int(np.prod(shape, dtype=np.float64))
     if cells > max_cells:
         raise DataError(f"lapmech: the full table of these data has {cells:.3g} cells > algo.max_cells={max_cells}; "
                         "use fewer or coarser variables")
     table = np.bincount(np.ravel_multi_index(codes.T, shape), minlength=cells).astype(np.float32)
+    if occupied_only:
+        occupied = np.flatnonzero(table)
+        ledger.spend_pure("laplace", eps, 1.0, f"the {occupied.size} non-empty cells of the full contingency table "
+                          f"({cells} cells): not DP, the empty cells are released exactly")
+        table[occupied] += rng.laplace(0.0, 1.0 / eps, size=occupied.size)
+        return table.reshape(shape)
     ledger.spend_pure("laplace", eps, 1.0, f"full contingency table ({cells} cells)")
     chunk = 1 << 24
     for lo in range(0, cells, chunk):
@@ -514,8 +527,16 @@ class LapMech(LaplaceRelease):
     needs = ("discrete", "graph_reference")
     Config = LapMechConfig
 
+    def claims(self) -> str:
+        return "heuristic" if self.cfg.noise_cells == "occupied" else super().claims()
+
     def ci_test(self, data, budget, ledger, rng):
-        table = noisy_contingency_table(*categorical_view(data), budget.eps, rng, ledger, self.cfg.max_cells)
+        occupied = self.cfg.noise_cells == "occupied"
+        if occupied:
+            self.warn("algo.noise_cells=occupied: Laplace noise on the non-empty cells only, so the empty cells are "
+                      "released exactly and the run is not differentially private (a diagnostic, privpc.md P13)")
+        table = noisy_contingency_table(*categorical_view(data), budget.eps, rng, ledger, self.cfg.max_cells,
+                                        occupied)
         return NoisyTableGSquare(table, len(data), self.cfg.ci_test, self.cfg.n_min_factor), {"table_cells": table.size}
 
     def reference(self) -> dict:

@@ -23,8 +23,11 @@ generator, privpc.md P13), from TETRAD 6's source:
   request can end with fewer edges (recorded in meta as `edges_requested` / `edges_drawn`);
 - CPT rows: `MlBayesIm` with `RANDOM` initialisation, `randomizeRow` -> `getRandomWeights3`: per category
   v ~ U(0, 1), weight 3v if v > 0.5 else v, the row normalised;
-- categories per node uniform on cats.low..cats.high (`BayesPm(graph, min, max)`), and ancestral sampling
-  (`MlBayesIm.simulateData`) as above. `graph.edges` and `cpt.scheme` do not apply.
+- categories per node as `BayesPm(graph, min, max)` draws them: `setNewValues` adds categories in a loop
+  `for (i = 0; i < pickNumVals(min, max); i++)` whose bound is redrawn, uniform on min..max, at every test, so a
+  node has k categories with probability prod_{i=min..k-1} (max - i) / (max - min + 1) times (k - min + 1) /
+  (max - min + 1): for 2..5, 1/4, 3/8, 9/32, 3/32 (not uniform; `tetrad_categories`);
+- ancestral sampling (`MlBayesIm.simulateData`) as above. `graph.edges` and `cpt.scheme` do not apply.
 """
 
 from __future__ import annotations
@@ -96,6 +99,13 @@ def tetrad_forward_dag(p: int, n_edges: int, rng: np.random.Generator, max_indeg
     return A
 
 
+def tetrad_categories(low: int, high: int, p: int, rng: np.random.Generator) -> np.ndarray:
+    """TETRAD's category counts (`BayesPm.setNewValues`): the loop `for (i = 0; i < pickNumVals(low, high); i++)`
+    redraws its bound U{low..high} at every test, so node j gets the first i at which the draw is <= i."""
+    draws = rng.integers(low, high + 1, (p, high + 1))
+    return np.argmax(draws <= np.arange(high + 1), axis=1)
+
+
 def tetrad_cpt_rows(k: int, rows: int, rng: np.random.Generator) -> np.ndarray:
     """MlBayesIm RANDOM rows (TETRAD 6 getRandomWeights3): v ~ U(0, 1), weight 3v if v > 0.5 else v, normalised."""
     v = rng.random((rows, k))
@@ -155,11 +165,13 @@ def generate(card, rng: np.random.Generator) -> Table:
     else:
         A = random_dag(p, s, rng, g.get("edges", "exact"), g.get("max_indegree"), g.get("max_degree"))
     low, high, max_cells = int(c.get("low", 2)), int(c.get("high", 5)), float(c.get("max_cells", 2**29))
+    draw = (lambda: tetrad_categories(low, high, p, rng)) if generator == "tetrad" else (
+        lambda: rng.integers(low, high + 1, p))
     redraws = 0
-    cats = rng.integers(low, high + 1, p)
+    cats = draw()
     while np.prod(cats, dtype=np.float64) > max_cells and redraws < MAX_REDRAWS:
         redraws += 1
-        cats = rng.integers(low, high + 1, p)
+        cats = draw()
     scheme, alpha = cpt.get("scheme", "uniform_normalised"), float(cpt.get("alpha", 1.0))
     if generator == "tetrad":
         cpts = [tetrad_cpt_rows(int(cats[j]), int(np.prod(cats[A[:, j] == 1])), rng) for j in range(p)]

@@ -172,6 +172,27 @@ def test_lapmech_noise_scale_and_ledger():
         ("laplace", eps, 1.0)]
 
 
+def test_lapmech_occupied_noises_only_non_empty_cells_and_claims_no_dp():
+    """`noise_cells: occupied` (a diagnostic): Laplace(1/eps) on the non-empty cells, the empty ones exact (zero),
+    so the run claims `heuristic`, warns, and says so in its ledger entry."""
+    _, codes, cats = categorical_data(4, p=6, n=300)
+    eps = 0.5
+    ledger = PrivacyLedger(Budget(eps))
+    noisy = causal.noisy_contingency_table(codes, cats, eps, np.random.default_rng(5), ledger, 2**20,
+                                           occupied_only=True)
+    exact = np.zeros(tuple(cats))
+    np.add.at(exact, tuple(codes.T), 1)
+    assert (noisy[exact == 0] == 0).all() and 0 < (exact > 0).sum() < exact.size
+    noise = (noisy - exact)[exact > 0]
+    assert stats.kstest(noise, stats.laplace(scale=1 / eps).cdf).pvalue > 1e-3
+    (entry,) = ledger.to_dict()["ledger"]
+    assert entry["mechanism"] == "laplace" and "not DP" in entry["note"]
+    assert registry.make("lapmech", noise_cells="occupied").claims() == "heuristic"
+    data = categorical_data(2, p=4, n=500)[0]
+    lap, _ = fit("lapmech", data, 5.0, noise_cells="occupied")
+    assert any("not differentially private" in w for w in lap.warnings())
+
+
 def test_privpc_star_noise_uses_the_thesis_sensitivity():
     _, X = gaussian_data(6, p=5, n=200)
     eps = 2.0
@@ -476,6 +497,16 @@ def test_tetrad_cpt_rows_follow_get_random_weights3():
     # the jump at v = 0.5 (weights in (0.5, 1.5) never occur) makes lopsided rows more likely than U(0,1) weights
     uniform = synthetic_categorical.cpt_rows(2, 20000, "uniform_normalised", np.random.default_rng(2))
     assert np.mean(np.abs(rows[:, 0] - 0.5) > 0.3) > np.mean(np.abs(uniform[:, 0] - 0.5) > 0.3) + 0.05
+
+
+def test_tetrad_categories_follow_the_redrawn_loop_bound():
+    """BayesPm.setNewValues: `for (i = 0; i < pickNumVals(2, 5); i++)` redraws its bound at every test, so a node
+    has 2, 3, 4, 5 categories with probabilities 1/4, 3/8, 9/32, 3/32 (not 1/4 each)."""
+    k = synthetic_categorical.tetrad_categories(2, 5, 40000, np.random.default_rng(3))
+    counts = np.bincount(k, minlength=6)[2:]
+    assert counts.sum() == 40000
+    assert stats.chisquare(counts, 40000 * np.array([8, 12, 9, 3]) / 32).pvalue > 1e-3
+    assert (synthetic_categorical.tetrad_categories(3, 3, 50, np.random.default_rng(0)) == 3).all()
 
 
 def test_tetrad_forward_dag_is_acyclic_capped_and_stops_after_twice_the_edges():
