@@ -10,7 +10,9 @@ The experiment config (`configs/experiment/NAME.yaml`) holds the sweep (`hydra.s
 - `privfair reproduce NAME <overrides>` (a subset, or other settings): `results/reproduce/NAME/subsets/<slug>/`,
   built from the runs of that command's sweep; the canonical comparison is left as it is, unless `--update`
   asks to recompute its cells that the full sweep's local runs measure (the others keep their committed rows:
-  run folders are not committed, so a long table grows a few cells at a time).
+  run folders are not committed, so a long table grows a few cells at a time). A full run that a machine without
+  CUDA restricts to the CPU cells (`without_cuda`) updates the canonical comparison the same way, so the committed
+  CUDA cells are never turned into `not_run`; no update is written when a run failed.
 
 A run that fails is recorded in its folder and its cells show `not_run`; the others are compared.
 
@@ -498,6 +500,8 @@ def reproduce(name: str, overrides: list[str], run: bool = True, sweep_dir: Path
               f"this machine (`privfair reproduce {name} data=...`)")
         return None
     failed: list[str] = []
+    if run and effective != overrides and not overrides:
+        update_canonical = True  # the CPU cells only: the committed CUDA cells must not turn into not_run
     if run:
         if effective != overrides:
             print(f"{name}: no CUDA device, running the CPU cells only ({' '.join(effective)})")
@@ -514,7 +518,9 @@ def reproduce(name: str, overrides: list[str], run: bool = True, sweep_dir: Path
         draw(spec, runs, comparison, out, name)
         kept = " (a subset: the comparison of the full experiment is left as it is)"
         print(f"wrote {out / 'comparison.csv'}" + ("" if not overrides or update_canonical else kept))
-    if update_canonical:
+    if update_canonical and failed:
+        print(f"{root / 'comparison.csv'} not updated: {len(failed)} runs failed")
+    elif update_canonical:
         n = update(name, spec, root, sweep_dir)
         print(f"updated {n} cells of {root / 'comparison.csv'} from the runs here; the others keep their committed "
               f"rows (its figures are left as they are)")

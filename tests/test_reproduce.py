@@ -206,6 +206,12 @@ def test_update_recomputes_the_cells_measured_here_and_keeps_the_committed_rest(
     reproduce.reproduce(name, [], run=False, update_canonical=True)  # the full experiment with --update: same
     assert pd.read_csv(root / "comparison.csv").equals(after)
 
+    # without CUDA a full run restricted to its CPU cells (`without_cuda`) updates the same way: nothing is lost
+    monkeypatch.setattr(reproduce, "without_cuda", lambda spec, overrides: [*overrides, "seed=range(1)", "algo=lr",
+                                                                             "data=adult"])
+    reproduce.reproduce(name, [])
+    assert pd.read_csv(root / "comparison.csv").equals(after)
+
     committed.drop(index=0).to_csv(root / "comparison.csv", index=False)  # cells differ: refused, file kept
     with pytest.raises(ConfigError, match="without --update"):
         reproduce.reproduce(name, [], run=False, update_canonical=True)
