@@ -464,21 +464,19 @@ def draw(spec: dict, runs: pd.DataFrame, comparison: pd.DataFrame, out: Path, na
         _target(fig, "figure")(runs, comparison, out, name=name)
 
 
-def update(name: str, spec: dict, root: Path, sweep_dir: Path) -> int:
-    """`--update`: the canonical comparison's cells that the full sweep's local runs measure, recomputed from those
-    runs; every other cell keeps its committed row (its runs were made on another machine or session and are not
-    here). Returns the number of cells written. Run folders are not committed, so this is how a session adds the
-    runs of a few cells of a long table without turning the others into `not_run`."""
-    runs = collect_runs(sweep_run_dirs([f"experiment={name}"], sweep_dir), spec)
-    fresh = table(compare(runs, pd.read_csv(published_dir() / spec["published"]), spec), spec)
+def update(fresh: pd.DataFrame, root: Path, title: str) -> int:
+    """`--update`: the canonical comparison's cells that the full sweep's local runs measure (`fresh`, the written
+    table of their comparison) replace the committed rows; every other cell keeps its committed row (its runs were
+    made on another machine or session and are not here). Returns the number of cells written. Run folders are
+    not committed, so this is how a session adds the runs of a few cells of a long table without turning the
+    others into `not_run`."""
     path = root / "comparison.csv"
     old = pd.read_csv(path) if path.is_file() else fresh
     cells = ["table", "dataset", "algorithm", "metric"]
     if list(old.columns) != list(fresh.columns) or not old[cells].astype(str).equals(fresh[cells].astype(str)):
-        raise ConfigError(f"{path} has other cells or columns than {name} declares now; run `privfair reproduce "
-                          f"{name}` without --update to rewrite it from the runs")
+        raise ConfigError(f"{path} has other cells or columns than the experiment declares now; run it without "
+                          f"--update to rewrite it from the runs")
     measured = fresh["verdict"] != "not_run"
-    title = spec.get("title", "{name}: ours vs published").format(name=name)
     write(fresh.where(measured, old, axis=0), root, title)
     return int(measured.sum())
 
@@ -520,8 +518,11 @@ def reproduce(name: str, overrides: list[str], run: bool = True, sweep_dir: Path
         print(f"wrote {out / 'comparison.csv'}" + ("" if not overrides or update_canonical else kept))
     if update_canonical and failed:
         print(f"{root / 'comparison.csv'} not updated: {len(failed)} runs failed")
-    elif update_canonical:
-        n = update(name, spec, root, sweep_dir)
+    elif update_canonical:  # the full sweep's local runs (a subset's comparison covers only its own)
+        full = comparison if not overrides else compare(
+            collect_runs(sweep_run_dirs([f"experiment={name}"], sweep_dir), spec),
+            pd.read_csv(published_dir() / spec["published"]), spec)
+        n = update(table(full, spec), root, title)
         print(f"updated {n} cells of {root / 'comparison.csv'} from the runs here; the others keep their committed "
               f"rows (its figures are left as they are)")
     comparison.attrs["failed"] = failed  # run folders whose run raised (their cells are not_run)
