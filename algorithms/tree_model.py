@@ -210,17 +210,23 @@ def fit_pgm(domain: list[int], edges: list[tuple[int, int]], measurements: list[
         query = WeightedQuery(w) if not np.allclose(w, 1.0) else mbi.marginal_loss.DatavectorQuery()
         loss.append(mbi.LinearMeasurement(np.asarray(m.y, float).ravel() * w, tuple(names[i] for i in m.clique),
                                           stddev=math.sqrt(v_min), query=query))
-    model = estimation.MirrorDescent().estimate(mbi.Domain(names, list(domain)), loss, iters=iters)
-    total = float(model.total)
     d = len(domain)
     order, parent = tree_order(d, edges)
-    nodes = []
-    for i in range(d):
-        p = np.clip(np.asarray(model.project((names[i],)).datavector(), float), 0, None)
-        nodes.append(p / p.sum())
-    tables = {}
-    for j in order[1:]:
-        a = int(parent[j])
-        t = np.clip(np.asarray(model.project((names[a], names[j])).datavector(flatten=False), float), 0, None)
-        tables[(a, int(j))] = t / t.sum()
+    try:
+        model = estimation.MirrorDescent().estimate(mbi.Domain(names, list(domain)), loss, iters=iters)
+        total = float(model.total)
+        nodes = []
+        for i in range(d):
+            p = np.clip(np.asarray(model.project((names[i],)).datavector(), float), 0, None)
+            nodes.append(p / p.sum())
+        tables = {}
+        for j in order[1:]:
+            a = int(parent[j])
+            t = np.clip(np.asarray(model.project((names[a], names[j])).datavector(flatten=False), float), 0, None)
+            tables[(a, int(j))] = t / t.sum()
+    finally:
+        # Every fit compiles new XLA executables (each release has its own domain and cliques) and JAX keeps them
+        # all: about 230 memory maps a fit, so a sweep of a few hundred runs in one process hit the kernel's map
+        # limit and died in LLVM ("Cannot allocate memory"). Nothing is reused across fits, so drop them.
+        jax.clear_caches()
     return TreeModel(list(domain), [(int(parent[j]), int(j)) for j in order[1:]], nodes, tables, total)
