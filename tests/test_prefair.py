@@ -411,13 +411,13 @@ def test_fit_pgm_releases_its_compiled_code_so_a_long_sweep_does_not_run_out_of_
         for i, j in [(0, 1), (1, 2)]:
             meas.append(tm.Measurement((i, j), rng.random((dom[i], dom[j])) * 10, np.ones((dom[i], dom[j])),
                                        float(dom[i] * dom[j])))
-        tm.fit_pgm(dom, [(0, 1), (1, 2)], meas, iters=20)
+        tm.fit_pgm(dom, [(0, 1), (1, 2)], meas, iters=5)
 
     one_fit(2)  # imports and first-use allocations
     before = maps()
-    for k in (3, 4, 5):  # new shapes: new executables each time
+    for k in (3, 4):  # new shapes: new executables each time
         one_fit(k)
-    assert maps() - before < 100  # kept executables: about 230 a fit, 700 here
+    assert maps() - before < 100  # kept executables: about 230 a fit, 460 here
 
 # ------------------------------------------------------------------------------------------- end to end
 def chain_table(n=20000, d=6, seed=0):
