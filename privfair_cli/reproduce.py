@@ -114,6 +114,10 @@ def experiment_spec(name: str) -> dict:
     if unknown:
         raise ConfigError(f"experiment {name}: reproduce.{unknown[0]} is not a key of reproduce; allowed: "
                           f"{', '.join(REQUIRED + OPTIONAL)}")
+    for pattern, text in (spec.get("reasons") or {}).items():  # a misindented key would land here silently
+        if not isinstance(text, str) or not ("|" in str(pattern) or "*" in str(pattern)):  # else it matches nothing
+            raise ConfigError(f"experiment {name}: reproduce.reasons has {pattern!r}: {type(text).__name__}; "
+                              f"allowed: an 'algorithm|dataset|metric[|setting]' glob mapped to a text")
     statistic = spec.get("statistic", "mean")
     if statistic not in STATISTICS:
         raise ConfigError(f"experiment {name}: reproduce.statistic is {statistic!r}; allowed: "

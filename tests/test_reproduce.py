@@ -141,6 +141,11 @@ def test_unknown_reproduce_key_and_old_style_figure_fail_in_one_line(tmp_path, m
     monkeypatch.setenv("PRIVFAIR_CONFIG_DIR", str(tmp_path))
     with pytest.raises(ConfigError, match="reproduce.audit is not a key of reproduce"):
         reproduce.experiment_spec("x")
+    (tmp_path / "experiment" / "x.yaml").write_text(  # `figure:` lost: its keys became reason patterns
+        "reproduce: {published: p.csv, table: T, datasets: {}, metrics: {},\n"
+        "            reasons: {'*|MNIST|*': why, file: curves.png, groups: [class2]}}\n")
+    with pytest.raises(ConfigError, match="reproduce.reasons has 'file': str; allowed"):
+        reproduce.experiment_spec("x")
     with pytest.raises(ConfigError, match="_target_"):
         reproduce._target("privfair_cli.algorithms.prefair:plot_fig7", "figure")
 
