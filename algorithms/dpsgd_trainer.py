@@ -252,6 +252,7 @@ class TrainConfig:
     denominator: str
     group_mean_grad: bool
     keep_weights: bool
+    momentum: float = 0.0
 
     def __post_init__(self):
         if self.algorithm not in ALGORITHMS:
@@ -259,7 +260,7 @@ class TrainConfig:
         checks = {"batch_size": self.batch_size >= 1, "epochs": self.epochs >= 1, "steps": self.steps >= 0,
                   "groups": self.groups >= 1, "lr": self.lr >= 0, "sigma": self.sigma >= 0,
                   "sigma1": self.sigma1 >= 0, "l2": self.l2 >= 0,
-                  "C": self.C > 0 or not self.private}
+                  "C": self.C > 0 or not self.private, "momentum": 0 <= self.momentum < 1}
         for key, ok in checks.items():
             if not (ok and np.isfinite(getattr(self, key))):
                 raise ConfigError(f"{key}={getattr(self, key)!r} is out of range for {self.algorithm}")
@@ -417,19 +418,29 @@ class _EpochSums:
 
 
 # --------------------------------------------------------------------------------------------- training
-def _update(params, summed, C: float, cfg: TrainConfig, gen: torch.Generator) -> None:
+def _update(params, summed, C: float, cfg: TrainConfig, gen: torch.Generator, velocity: list | None = None) -> None:
     """w <- w - r (sum_i c_i g_i + N(0, sigma^2 C^2 I)) / b, then weight decay (C7, `after_noise`). A private
-    algorithm draws the noise at every step."""
+    algorithm draws the noise at every step. With `momentum` m > 0 the step direction is the heavy-ball buffer
+    v <- m v + (sum_i c_i g_i + noise) / b (torch.optim.SGD's rule, v = the first direction at step 1) and
+    w <- w - r v: post-processing of the released noisy gradients, so the guarantee is unchanged."""
     decay = cfg.l2 if cfg.l2_mode == "after_noise" else 0.0
     with torch.no_grad():
-        for p, s in zip(params, summed, strict=True):
-            # in place on one fresh tensor, the same operations in the same order as
-            # p -= lr * (s + noise * sigma C) / b (bit for bit): one buffer instead of four on the 2.5M FastText weights
-            step = torch.randn(p.shape, generator=gen, device=p.device, dtype=p.dtype).mul_(cfg.sigma * C).add_(s) \
-                if cfg.private else s * cfg.lr
-            if cfg.private:
-                step.mul_(cfg.lr)
-            p.sub_(step.div_(cfg.batch_size))
+        for i, (p, s) in enumerate(zip(params, summed, strict=True)):
+            if velocity is not None:
+                g = torch.randn(p.shape, generator=gen, device=p.device, dtype=p.dtype).mul_(cfg.sigma * C).add_(s) \
+                    if cfg.private else s.clone()
+                g.div_(cfg.batch_size)
+                velocity[i] = g if velocity[i] is None else velocity[i].mul_(cfg.momentum).add_(g)
+                p.sub_(velocity[i], alpha=cfg.lr)
+            else:
+                # in place on one fresh tensor, the same operations in the same order as
+                # p -= lr * (s + noise * sigma C) / b (bit for bit): one buffer instead of four on the 2.5M FastText
+                # weights
+                step = torch.randn(p.shape, generator=gen, device=p.device, dtype=p.dtype).mul_(cfg.sigma * C).add_(s) \
+                    if cfg.private else s * cfg.lr
+                if cfg.private:
+                    step.mul_(cfg.lr)
+                p.sub_(step.div_(cfg.batch_size))
             if decay and p.dim() > 1:
                 p -= cfg.lr * decay * p
 
@@ -445,6 +456,7 @@ def train(model: nn.Module, model_kind: str, X: torch.Tensor, y: torch.Tensor, g
     epoch_of = epoch_of_steps(cfg, n)
     epoch_steps = np.searchsorted(epoch_of, np.arange(cfg.epochs), side="right")
     sums = _EpochSums(cfg, engine, device)
+    velocity = [None] * len(engine.params) if cfg.momentum > 0 else None  # heavy-ball buffers (`momentum`)
     closed = 0
     with progress.Bar(cfg.steps, cfg.algorithm, unit="steps", transient=True) as bar:  # a line / 30 s off a terminal
         for t, idx in enumerate(batches(n, cfg, rng)):
@@ -461,7 +473,7 @@ def train(model: nn.Module, model_kind: str, X: torch.Tensor, y: torch.Tensor, g
                 c, C, Ck = clip_factors(cfg, nu, kb, rng)
                 summed = [torch.zeros_like(p) for p in engine.params]
             sums.add(epoch, losses, nu, kb, Ck)
-            _update(engine.params, summed, C, cfg, gen)
+            _update(engine.params, summed, C, cfg, gen, velocity)
             while closed < cfg.epochs and epoch_steps[closed] == t + 1:
                 sums.close(closed)
                 closed += 1

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -287,6 +288,47 @@ def test_every_private_step_draws_gradient_noise(algorithm, monkeypatch):
     assert len(draws) == steps * per_step
 
 
+@pytest.mark.parametrize("algorithm", ["sgd", "dpsgd"])
+def test_momentum_is_torch_sgds_heavy_ball_on_the_noisy_clipped_gradient(algorithm):
+    """`momentum` m: v <- m v + (sum_i c_i g_i + N(0, sigma^2 C^2)) / b, w <- w - r v, checked step by step against
+    torch.optim.SGD(momentum=m) fed the same per-step gradients (clipped sums and noise replayed from the same
+    generator state); its first step is the plain one."""
+    torch.manual_seed(0)
+    shapes = [(3, 4), (4,)]
+    sums = [[torch.randn(s) for s in shapes] for _ in range(5)]
+    cfg = step_config(algorithm=algorithm, batch_size=8, lr=0.1, sigma=1.3, C=0.7, momentum=0.5)
+    ours = [torch.zeros(s) for s in shapes]
+    ref = [torch.zeros(s, requires_grad=True) for s in shapes]
+    opt = torch.optim.SGD(ref, lr=cfg.lr, momentum=0.5)
+    gen, replay = torch.Generator().manual_seed(7), torch.Generator().manual_seed(7)
+    velocity = [None] * len(shapes)
+    for step in sums:
+        trainer._update(ours, step, cfg.C, cfg, gen, velocity)
+        for p, s in zip(ref, step, strict=True):
+            noise = torch.randn(p.shape, generator=replay) * cfg.sigma * cfg.C if algorithm != "sgd" else 0
+            p.grad = (s + noise) / cfg.batch_size
+        opt.step()
+        for a, b in zip(ours, ref, strict=True):
+            torch.testing.assert_close(a, b.detach(), rtol=1e-6, atol=1e-7)
+    plain, heavy = [torch.zeros(s) for s in shapes], [torch.zeros(s) for s in shapes]  # step 1: v = the direction
+    trainer._update(plain, sums[0], cfg.C, replace(cfg, momentum=0.0), torch.Generator().manual_seed(3))
+    trainer._update(heavy, sums[0], cfg.C, cfg, torch.Generator().manual_seed(3), [None] * len(shapes))
+    for a, b in zip(plain, heavy, strict=True):
+        torch.testing.assert_close(a, b)
+
+
+def test_momentum_changes_the_model_but_not_the_privacy_spent():
+    """Momentum post-processes the released noisy gradients: the same noise plan and ledger, another model."""
+    data = toy_table()
+    out = {}
+    for m in (0.0, 0.5):
+        plugin, ledger = fit("dpsgd", data, eps=20, delta=DELTA, seed=3, sigma=1.0, epochs=2, momentum=m)
+        out[m] = (torch.cat([p.detach().flatten() for p in plugin.model.parameters()]),
+                  [(e.mechanism, e.eps, e.delta, e.extra.get("sigma")) for e in ledger.entries])
+    assert out[0.0][1] == out[0.5][1]
+    assert not torch.allclose(out[0.0][0], out[0.5][0])
+
+
 def test_plugin_weights_follow_sigma():
     """Same seed and data, sigma 1 vs 1000: the weights differ, and far more at 1000 (the noise is really
     there, at the scale the ledger charges)."""
@@ -325,6 +367,8 @@ def test_cpu_runs_are_bit_for_bit_repeatable():
     ({"l2": -0.1}, "algo.l2=-0.1 is out of range"),
     ({"validation_size": 1}, "algo.validation_size=1 is out of range"),
     ({"match_budget": "half"}, "algo.match_budget='half' is not allowed"),
+    ({"momentum": 1}, "algo.momentum=1 is out of range"),
+    ({"momentum": -0.1}, "algo.momentum=-0.1 is out of range"),
     ({"sigmaa": 1}, "algo.sigmaa is not a key of algo"),
 ])
 def test_bad_values_fail_before_anything_runs(overrides, fragment):
