@@ -426,21 +426,18 @@ def _update(params, summed, C: float, cfg: TrainConfig, gen: torch.Generator, ve
     decay = cfg.l2 if cfg.l2_mode == "after_noise" else 0.0
     with torch.no_grad():
         for i, (p, s) in enumerate(zip(params, summed, strict=True)):
-            if velocity is not None:
-                g = torch.randn(p.shape, generator=gen, device=p.device, dtype=p.dtype).mul_(cfg.sigma * C).add_(s) \
-                    if cfg.private else s.clone()
-                g.div_(cfg.batch_size)
-                velocity[i] = g if velocity[i] is None else velocity[i].mul_(cfg.momentum).add_(g)
-                p.sub_(velocity[i], alpha=cfg.lr)
-            else:
+            noisy = torch.randn(p.shape, generator=gen, device=p.device, dtype=p.dtype).mul_(cfg.sigma * C).add_(s) \
+                if cfg.private else None
+            if velocity is None:
                 # in place on one fresh tensor, the same operations in the same order as
                 # p -= lr * (s + noise * sigma C) / b (bit for bit): one buffer instead of four on the 2.5M FastText
                 # weights
-                step = torch.randn(p.shape, generator=gen, device=p.device, dtype=p.dtype).mul_(cfg.sigma * C).add_(s) \
-                    if cfg.private else s * cfg.lr
-                if cfg.private:
-                    step.mul_(cfg.lr)
+                step = noisy.mul_(cfg.lr) if cfg.private else s * cfg.lr
                 p.sub_(step.div_(cfg.batch_size))
+            else:
+                g = (noisy if cfg.private else s.clone()).div_(cfg.batch_size)
+                velocity[i] = g if velocity[i] is None else velocity[i].mul_(cfg.momentum).add_(g)
+                p.sub_(velocity[i], alpha=cfg.lr)
             if decay and p.dim() > 1:
                 p -= cfg.lr * decay * p
 
