@@ -6,6 +6,10 @@ one device is reused on another) and `reproduce` (an experiment's comparison met
 for deviating cells). Numbers compare by value, so `eps=1` and `eps=1.0` are the same run. The short id is the
 first 8 hex digits of the sha256 of that identity as sorted JSON.
 
+A key added to a config after runs were stored (ADDED) is left out of the identity while it holds the value that
+computes what the runs without it computed: adding an option renames (and so orphans) no stored run, and a run
+stored before the key existed resumes as the same run.
+
 Hydra's `hydra.run.dir` and `hydra.sweep.subdir` (configs/config.yaml) reach it through the `${run_id:}`
 resolver registered when this module is imported, and write eps by value through `${num:${eps}}`; the
 in-process sweep calls `short_id` and `number_text` on the same config, so both name the same folder and either
@@ -22,6 +26,11 @@ import yaml
 from omegaconf import DictConfig, OmegaConf
 
 VOLATILE = ("overwrite", "device", "reproduce")
+# key path -> its neutral value (the computation before the key existed); only for keys whose plugins all lacked
+# them before, since a plugin that always had the key would see its runs at that value renamed
+ADDED: dict[tuple[str, ...], float] = {
+    ("algo", "momentum"): 0.0,  # DP-SGD family: plain SGD step
+}
 EXACT_INT = 2 ** 53  # integers below this are compared as floats without loss
 
 
@@ -36,14 +45,22 @@ def _canonical(value):
 
 
 def identity(cfg: DictConfig | dict) -> dict:
-    """The resolved config without VOLATILE keys (and without Hydra's own `hydra` node, when present)."""
+    """The resolved config without VOLATILE keys, an ADDED key at its neutral value, and Hydra's own `hydra` node."""
     out = {}
     for key in cfg:
         if key in VOLATILE or key == "hydra":
             continue
         value = cfg[key]
         out[key] = OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else value
-    return _canonical(out)
+    out = _canonical(out)
+    for path, neutral in ADDED.items():
+        node = out
+        for part in path[:-1]:
+            node = node.get(part) if isinstance(node, dict) else None
+        value = node.get(path[-1]) if isinstance(node, dict) else None
+        if value is not None and not isinstance(value, bool) and _canonical(value) == _canonical(neutral):
+            del node[path[-1]]
+    return out
 
 
 def stored_identity(config_yaml: Path) -> dict:
