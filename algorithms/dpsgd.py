@@ -46,6 +46,8 @@ Deviations and choices (spec §7):
   (Bagdasaryan et al. 2019) for MNIST, whose public code trains it with torch.optim.SGD at momentum 0.5 (lr
   0.01, batch 256, 60 epochs, the thesis' values): `momentum: 0.5` is that heavy-ball step on the noisy clipped
   gradient, post-processing that leaves the guarantee unchanged (docs/families/dpsgd.md has what it changes).
+  Weight decay (C7, `after_noise`) stays outside the momentum buffer, where torch.optim.SGD would put it inside;
+  the CNN has none (`l2: auto` = 0), so this only matters for logistic runs given a momentum.
 - Cost of privacy (§5) needs the `sgd` model of the same seed and data: with `reference: true` the private
   plugins train it in the same run from the same random state, which reproduces the `sgd` run exactly
   (tested). A process trains that model once: a non-private training is kept and given again to a call with
