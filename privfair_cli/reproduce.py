@@ -471,9 +471,10 @@ def draw(spec: dict, runs: pd.DataFrame, comparison: pd.DataFrame, out: Path, na
 def update(fresh: pd.DataFrame, root: Path, title: str) -> int:
     """`--update`: the canonical comparison's cells that the full sweep's local runs measure (`fresh`, the written
     table of their comparison) replace the committed rows; every other cell keeps its committed row (its runs were
-    made on another machine or session and are not here). Returns the number of cells written. Run folders are
-    not committed, so this is how a session adds the runs of a few cells of a long table without turning the
-    others into `not_run`."""
+    made on another machine or session and are not here), except a committed `not_run` row, which takes the
+    fresh one (still `not_run`, with the reason the experiment gives now). Returns the number of cells measured.
+    Run folders are not committed, so this is how a session adds the runs of a few cells of a long table without
+    turning the others into `not_run`."""
     path = root / "comparison.csv"
     old = pd.read_csv(path) if path.is_file() else fresh
     cells = ["table", "dataset", "algorithm", "metric"]
@@ -481,7 +482,8 @@ def update(fresh: pd.DataFrame, root: Path, title: str) -> int:
         raise ConfigError(f"{path} has other cells or columns than the experiment declares now; run it without "
                           f"--update to rewrite it from the runs")
     measured = fresh["verdict"] != "not_run"
-    write(fresh.where(measured, old, axis=0), root, title)
+    kept = ~measured & (old["verdict"] != "not_run")
+    write(fresh.where(~kept, old, axis=0), root, title)
     return int(measured.sum())
 
 

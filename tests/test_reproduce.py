@@ -183,7 +183,8 @@ def test_a_subset_never_touches_the_canonical_comparison(tmp_path, monkeypatch):
 @needs_data
 def test_update_recomputes_the_cells_measured_here_and_keeps_the_committed_rest(tmp_path, monkeypatch):
     """--update: the canonical comparison's cells that the full sweep's local runs measure are recomputed; a cell
-    whose runs are not here keeps its committed row; a run outside the sweep (algo.l2=5) never enters it."""
+    whose runs are not here keeps its committed row, unless that row is not_run (then it takes the reason the
+    experiment gives now); a run outside the sweep (algo.l2=5) never enters it."""
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("PRIVFAIR_PROGRESS", "off")
     name = "xu2021_table8_1"
@@ -192,6 +193,8 @@ def test_update_recomputes_the_cells_measured_here_and_keeps_the_committed_rest(
     committed = pd.read_csv(root / "comparison.csv")
     elsewhere = (committed.algorithm == "privlr") & (committed.dataset == "Dutch")  # "run in another session"
     committed.loc[elsewhere, ["ours_mean", "verdict", "reason"]] = [0.5, "deviates", "committed reason"]
+    current = committed.reason.copy()
+    committed.loc[~elsewhere, "reason"] = "stale reason"  # a not_run row written under an older reason
     committed.to_csv(root / "comparison.csv", index=False, float_format="%.4f")
 
     other = reproduce.reproduce(name, ["seed=range(1)", "algo=lr", "data=adult", "algo.l2=5"], update_canonical=True)
@@ -207,6 +210,7 @@ def test_update_recomputes_the_cells_measured_here_and_keeps_the_committed_rest(
     assert (after[elsewhere].reason == "committed reason").all()
     rest = ~lr & ~elsewhere
     assert (after[rest].verdict == "not_run").all()
+    assert after[rest].reason.fillna("").equals(current[rest].fillna(""))  # today's reasons, not the stale one
 
     reproduce.reproduce(name, [], run=False, update_canonical=True)  # the full experiment with --update: same
     assert pd.read_csv(root / "comparison.csv").equals(after)
