@@ -232,15 +232,18 @@ def cmd_reproduce(args) -> int:
     if args.name != "all" and args.name not in group_options("experiment"):
         raise ConfigError(f"experiment {args.name!r} is unknown; allowed: all, "
                           f"{', '.join(group_options('experiment'))}")
-    check, jobs, update, overrides = _reproduce_options(args)
+    check, jobs, update, no_run, overrides = _reproduce_options(args)
     if check:
-        if update:
-            raise ConfigError("--check never writes the committed comparison; use --check or --update, not both")
+        if update or no_run:
+            raise ConfigError(f"--check re-runs the fast subset and never writes the committed comparison; use "
+                              f"--check or {'--update' if update else '--no-run'}, not both")
         return _check(names, overrides, jobs)
+    if no_run and not overrides:
+        update = True  # the runs here measure only part of a long table: merge, never turn the rest into not_run
     failed, times = [], {}
     for name in names:
         start = time.perf_counter()
-        comparison = reproduce.reproduce(name, overrides, jobs=jobs, update_canonical=update)
+        comparison = reproduce.reproduce(name, overrides, run=not no_run, jobs=jobs, update_canonical=update)
         times[name] = time.perf_counter() - start
         if comparison is not None and comparison.attrs["failed"]:
             failed.append(name)
@@ -252,25 +255,28 @@ def cmd_reproduce(args) -> int:
     return 1 if failed else 0
 
 
-def _reproduce_options(args) -> tuple[bool, int, bool, list[str]]:
-    """--check, --jobs N and --update, also where they follow the experiment's overrides (which take the rest of
-    the line)."""
-    check, jobs, update, overrides, rest = args.check, _jobs(args.jobs), args.update, [], list(args.overrides)
+def _reproduce_options(args) -> tuple[bool, int, bool, bool, list[str]]:
+    """--check, --jobs N, --update and --no-run, also where they follow the experiment's overrides (which take the
+    rest of the line)."""
+    check, jobs, update, no_run = args.check, _jobs(args.jobs), args.update, args.no_run
+    overrides, rest = [], list(args.overrides)
     while rest:
         item = rest.pop(0)
         if item == "--check":
             check = True
         elif item == "--update":
             update = True
+        elif item == "--no-run":
+            no_run = True
         elif item == "--jobs" or item.startswith("--jobs="):
             value = item.split("=", 1)[1] if "=" in item else (rest.pop(0) if rest else "")
             jobs = _jobs(value)
         elif item.startswith("-"):
-            raise ConfigError(f"unknown option {item}; `privfair reproduce` takes NAME, --check, --jobs N, --update "
-                              f"and Hydra overrides key=value")
+            raise ConfigError(f"unknown option {item}; `privfair reproduce` takes NAME, --check, --jobs N, --update, "
+                              f"--no-run and Hydra overrides key=value")
         else:
             overrides.append(item)
-    return check, jobs, update, overrides
+    return check, jobs, update, no_run, overrides
 
 
 def _jobs(value) -> int:
@@ -328,6 +334,8 @@ def build_parser() -> argparse.ArgumentParser:
                     "the threads; 0 = one per core); default 1")
     rp.add_argument("--update", action="store_true", help="also recompute the canonical comparison's cells that "
                     "the full sweep's runs here measure; the other cells keep their committed rows")
+    rp.add_argument("--no-run", action="store_true", help="train nothing: compare the runs already here (the "
+                    "canonical comparison as with --update, a subset's under subsets/)")
     rp.add_argument("overrides", nargs=argparse.REMAINDER, help="extra Hydra overrides, e.g. seed='range(3)'")
     au = sub.add_parser("audit", help="empirical lower bound on an algorithm's eps: algo=A data=D eps=E [audit.*]")
     au.add_argument("overrides", nargs=argparse.REMAINDER, help="algo=, data=, eps= and other run overrides; "

@@ -135,7 +135,7 @@ def test_reproduce_all_ends_with_the_summary_and_wall_times(monkeypatch, capsys)
     monkeypatch.chdir(config_dir().parent)
     calls = []
     monkeypatch.setattr(rp, "reproduce",  # nothing runs
-                        lambda name, overrides, jobs=1, update_canonical=False: calls.append(jobs))
+                        lambda name, overrides, run=True, jobs=1, update_canonical=False: calls.append(jobs))
     assert main(["reproduce", "all"]) == 0
     out = capsys.readouterr().out
     assert "Reproduction summary" in out and "| wall time |" in out and set(calls) == {1}
@@ -143,6 +143,23 @@ def test_reproduce_all_ends_with_the_summary_and_wall_times(monkeypatch, capsys)
     assert main(["reproduce", "all", "--jobs", "2"]) == 0 and set(calls) == {2}
     out = capsys.readouterr().out
     assert "| [`xu2021_table8_1`](docs/reproduction.md#xu2021_table8_1) | Table 8.1 | 11 |" in out
+
+
+def test_no_run_compares_the_runs_here_and_merges_into_the_committed_comparison(monkeypatch, capsys):
+    """--no-run trains nothing; without overrides it merges as --update does (the runs here measure part of a
+    long table, so a plain rewrite would turn the other cells into not_run); it is refused with --check."""
+    from privfair_cli.main import main
+
+    calls = []
+    monkeypatch.setattr(rp, "reproduce", lambda name, overrides, run=True, jobs=1, update_canonical=False:
+                        calls.append((overrides, run, update_canonical)))
+    assert main(["reproduce", "xu2021_table8_1", "--no-run"]) == 0
+    assert main(["reproduce", "xu2021_table8_1", "algo=lr", "--no-run"]) == 0
+    assert main(["reproduce", "xu2021_table8_1", "--no-run", "algo=lr", "--update"]) == 0
+    assert main(["reproduce", "xu2021_table8_1"]) == 0
+    assert calls == [([], False, True), (["algo=lr"], False, False), (["algo=lr"], False, True), ([], True, False)]
+    assert main(["reproduce", "xu2021_table8_1", "--check", "--no-run"]) != 0
+    assert "use --check or --no-run, not both" in capsys.readouterr().err
 
 
 def test_check_flag_runs_the_guard_and_fails_on_a_failure(monkeypatch, capsys):
