@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import shutil
 from dataclasses import replace
 from pathlib import Path
 
@@ -413,10 +414,12 @@ def toy_table(n=2000, seed=0, name="toy"):
     return Table(name, X, y, s, [f"x{i}" for i in range(X.shape[1])])
 
 
-def test_reference_equals_the_sgd_run_of_the_same_seed():
+def test_reference_equals_the_sgd_run_of_the_same_seed(tmp_path, monkeypatch):
+    monkeypatch.setenv("PRIVFAIR_CACHE_DIR", str(tmp_path))
     data = toy_table()
     sgd, _ = fit("sgd", data, seed=4, epochs=2)
     dpsgd._SGD_KEPT.clear()  # trained again from the same state, not given the kept sgd training
+    shutil.rmtree(tmp_path / "sgd")
     dp, _ = fit("dpsgd", data, eps=10, delta=DELTA, seed=4, epochs=2, sigma="auto")
     for p, q in zip(sgd.model.parameters(), dp.reference.parameters(), strict=True):
         assert torch.equal(p, q)
@@ -432,10 +435,11 @@ def test_reference_equals_the_sgd_run_of_the_same_seed():
     assert m["equal_costs"] == float(m["utility_loss_gap"] <= dpsgd.EQUAL_COST_TAU)
 
 
-def test_a_kept_sgd_training_gives_the_same_run_as_training_again():
+def test_a_kept_sgd_training_gives_the_same_run_as_training_again(tmp_path, monkeypatch):
     """The private runs' reference (and a second sgd run) of the same seed and data take the kept training: the
     same model and log, the noise stream left where training would have left it, so every metric is the same as
     with nothing kept; another seed trains its own."""
+    monkeypatch.setenv("PRIVFAIR_CACHE_DIR", str(tmp_path))
     data, test = toy_table(), toy_table(500, seed=9)
     dpsgd._SGD_KEPT.clear()
     fresh, _ = fit("dpsgd", data, eps=10, delta=DELTA, seed=4, epochs=2, sigma="auto")
@@ -455,6 +459,42 @@ def test_a_kept_sgd_training_gives_the_same_run_as_training_again():
         assert torch.equal(p, q)
     fit("sgd", data, seed=5, epochs=2)
     assert len(dpsgd._SGD_KEPT) == 2
+
+
+def test_a_training_kept_on_disk_serves_another_process_and_a_damaged_one_is_trained_again(tmp_path, monkeypatch):
+    """Memory cleared (another process), the reference comes from `<cache>/sgd/` without training: the same model,
+    log and metrics as the run that trained it. A damaged or foreign file is trained again; so is a training whose
+    code changed (the file's name carries the trainer's source)."""
+    monkeypatch.setenv("PRIVFAIR_CACHE_DIR", str(tmp_path))
+    data, test = toy_table(), toy_table(500, seed=9)
+    dpsgd._SGD_KEPT.clear()
+    fresh, _ = fit("dpsgd", data, eps=10, delta=DELTA, seed=4, epochs=2, sigma="auto")
+    (stored,) = (tmp_path / "sgd").glob("*.npz")
+    trained = []
+    real = dpsgd.XuSGD._train_model
+    monkeypatch.setattr(dpsgd.XuSGD, "_train_model", lambda self, settings, data, rng: (
+        trained.append(settings.private), real(self, settings, data, rng))[1])
+    dpsgd._SGD_KEPT.clear()
+    again, _ = fit("dpsgd", data, eps=10, delta=DELTA, seed=4, epochs=2, sigma="auto")
+    assert trained == [True]  # the private model only
+    for p, q in zip(fresh.reference.parameters(), again.reference.parameters(), strict=True):
+        assert torch.equal(p, q)
+    np.testing.assert_array_equal(fresh.reference_log.loss, again.reference_log.loss)
+    a, b = (m.evaluate(data, test, np.random.default_rng(0)) for m in (fresh, again))
+    assert a == pytest.approx(b, nan_ok=True, rel=0, abs=0)
+
+    stored.write_bytes(stored.read_bytes()[:100])  # damaged: trained again, and written again whole
+    dpsgd._SGD_KEPT.clear()
+    trained.clear()
+    fit("dpsgd", data, eps=10, delta=DELTA, seed=4, epochs=2, sigma="auto")
+    assert sorted(trained) == [False, True] and dpsgd._sgd_from_disk(next(iter(dpsgd._SGD_KEPT))) is not None
+
+    monkeypatch.setattr(dpsgd, "__file__", str(tmp_path / "edited.py"))
+    (tmp_path / "edited.py").write_text("# the trainer, edited")
+    dpsgd._SGD_KEPT.clear()
+    trained.clear()
+    fit("dpsgd", data, eps=10, delta=DELTA, seed=4, epochs=2, sigma="auto")
+    assert sorted(trained) == [False, True]
 
 
 def test_evaluate_adds_to_the_classifier_evaluator_and_diagnostics_are_extra_metrics():
