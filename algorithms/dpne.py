@@ -45,8 +45,6 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import os
-import tempfile
 import time
 from dataclasses import dataclass, field
 from typing import ClassVar, Literal
@@ -115,25 +113,17 @@ def cached_walk_matrix(graph) -> np.ndarray:
 
 def cached_context(graph, k: int, h_norm: str) -> tuple[np.ndarray, np.ndarray]:
     """(`M`, `H`) of a graph, shared across runs: in memory, then `<cache>/dpne/<digest>-k<k>-<h_norm>.npz`."""
-    from privfair_cli.datasets import cache_root
+    from privfair_cli.datasets import cache_root, read_cache, write_cache
 
     key = (graph.digest(), int(k), h_norm)
     if key in _MEMO:
         return _MEMO[key]
     m = cached_walk_matrix(graph)
     path = cache_root() / "dpne" / f"{key[0]}-k{k}-{h_norm}.npz"
-    h = None
-    if path.is_file():
-        try:
-            h = np.load(path)["h"]
-        except Exception:  # a partial cache file is rebuilt, never trusted
-            path.unlink(missing_ok=True)
+    h = read_cache(path, lambda p: np.load(p, allow_pickle=False)["h"])
     if h is None:
         h = context(m, k, h_norm)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=path.parent, suffix=".npz", delete=False) as tmp:
-            np.savez(tmp, h=h)
-        os.replace(tmp.name, path)
+        write_cache(path, lambda f: np.savez(f, h=h))
     _MEMO.clear()  # one graph at a time: M is |V|^2
     _MEMO[key] = (m, h)
     return m, h
@@ -286,21 +276,16 @@ class NEMF(_Embedder):
     def embed(self, graph, budget, ledger, rng):
         """Non-private, so eps plays no part: the embedding of one (graph, config, noise-stream state) is cached
         on disk and the runs of a sweep at other eps reuse it."""
-        from privfair_cli.datasets import cache_root
+        from privfair_cli.datasets import cache_root, read_cache, write_cache
 
         state = json.dumps([graph.digest(), repr(self.cfg), rng.bit_generator.state], sort_keys=True, default=str)
         path = cache_root() / "dpne" / f"nemf-{hashlib.sha256(state.encode()).hexdigest()[:24]}.npy"
-        if path.is_file():
-            try:
-                return np.load(path)
-            except Exception:  # a partial cache file is rebuilt, never trusted
-                path.unlink(missing_ok=True)
+        w = read_cache(path, lambda p: np.load(p, allow_pickle=False))
+        if w is not None:
+            return w
         m, h = cached_context(graph, self.cfg.k, self.cfg.h_norm)
         w = self.stage2(m, h, None, rng)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=path.parent, suffix=".npy", delete=False) as tmp:
-            np.save(tmp, w)
-        os.replace(tmp.name, path)
+        write_cache(path, lambda f: np.save(f, w))
         return w
 
 

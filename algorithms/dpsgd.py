@@ -83,9 +83,6 @@ import copy
 import hashlib
 import json
 import math
-import os
-import tempfile
-import zipfile
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import ClassVar, Literal
@@ -109,6 +106,7 @@ from privfair_cli.algorithms.dpsgd_trainer import (
     predictions_by_epoch,
     train,
 )
+from privfair_cli.datasets import cache_root, read_cache, write_cache
 from privfair_cli.errors import ConfigError
 from privfair_cli.registry import Plugin, option, register
 from privfair_cli.threads import torch_threads
@@ -507,8 +505,6 @@ _SGD_KEPT: dict = {}  # `XuSGD._sgd_key` -> (state dict, TrainLog, the noise str
 def _sgd_disk_path(key: tuple) -> Path:
     """Where a kept non-private training lies on disk: named by its key, torch's version and the source of this
     family's training code (an edit of the trainer never serves a model it would not train now)."""
-    from privfair_cli.datasets import cache_root
-
     digest = hashlib.sha256(repr(key).encode())
     digest.update(torch.__version__.encode())
     for source in (__file__, dpsgd_trainer.__file__):
@@ -521,25 +517,18 @@ def _sgd_to_disk(key: tuple, state: dict, log: TrainLog, after: dict) -> None:
     skipped."""
     arrays = {f"state/{k}": v.detach().cpu().numpy() for k, v in state.items()}
     arrays |= {f"log/{k}": v for k, v in vars(log).items() if v is not None and k != "weights"}
-    path = _sgd_disk_path(key)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=path.parent, suffix=".npz", delete=False) as tmp:
-            np.savez(tmp, after=np.array(json.dumps(after)), **arrays)
-        os.replace(tmp.name, path)
-    except OSError:
-        pass
+    write_cache(_sgd_disk_path(key), lambda f: np.savez(f, after=np.array(json.dumps(after)), **arrays))
 
 
 def _sgd_from_disk(key: tuple) -> tuple[dict, TrainLog, dict] | None:
     """(state dict, TrainLog, stream state) of a training `_sgd_to_disk` wrote, or None (absent or damaged)."""
-    try:
-        with np.load(_sgd_disk_path(key), allow_pickle=False) as f:
+    def load(path):
+        with np.load(path, allow_pickle=False) as f:
             state = {k.removeprefix("state/"): torch.from_numpy(f[k]) for k in f.files if k.startswith("state/")}
             log = TrainLog(**{k.removeprefix("log/"): f[k] for k in f.files if k.startswith("log/")})
             return state, log, json.loads(str(f["after"]))
-    except (OSError, ValueError, KeyError, TypeError, EOFError, zipfile.BadZipFile):
-        return None
+
+    return read_cache(_sgd_disk_path(key), load)
 SGD = _plugin("SGD", "sgd", private=False, needs_delta=False, accountant="basic", mechanisms=(), own_noise="")
 DPSGD = _plugin("DPSGD", "dpsgd")
 DPSGDF = _plugin("DPSGDF", "dpsgd_f")

@@ -22,6 +22,7 @@ file never serves a default run, and an edited loader never reads a stale parse.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib
 import json
@@ -29,8 +30,10 @@ import os
 import pickle
 import tempfile
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO, TypeVar
 
 import numpy as np
 import pandas as pd
@@ -38,6 +41,7 @@ import pandas as pd
 from privfair_cli.errors import DataError
 
 CACHE_VERSION = 2
+T = TypeVar("T")
 DEFAULT_LOADER = "tabular"
 MAX_CODES = 100  # derived discrete view: a wider numeric range is cut into this many equal-width bins
 MIN_ROWS = 30  # fewer train or test rows than this: the run says its metrics are not meaningful
@@ -85,6 +89,39 @@ def loader_module(card: dict):
 # ---------------------------------------------------------------------------------------------- files
 def cache_root() -> Path:
     return Path(os.environ.get("PRIVFAIR_CACHE_DIR") or Path.home() / ".cache" / "privfair")
+
+
+def write_cache(path: Path, save: Callable[[IO[bytes]], object]) -> None:
+    """Write a cache file with `save(binary file)` atomically (a temporary file beside it, then renamed), so a
+    reader never meets a partial one. A cache that cannot be written (read-only or full disk) is skipped: what it
+    holds is recomputed next time."""
+    path, tmp = Path(path), None
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=path.parent, delete=False, prefix=f".{path.name}.") as f:
+            tmp = f.name
+            save(f)
+        os.replace(tmp, path)
+    except BaseException as err:
+        if tmp is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+        if not isinstance(err, OSError):
+            raise
+
+
+def read_cache(path: Path, load: Callable[[Path], T]) -> T | None:
+    """`load(path)`, or None when the file is absent; a file that fails to load (partial, stale, foreign) is
+    removed and None returned: a cache is rebuilt, never trusted."""
+    path = Path(path)
+    if not path.is_file():
+        return None
+    try:
+        return load(path)
+    except Exception:
+        with contextlib.suppress(OSError):
+            path.unlink()
+        return None
 
 
 def _sha256(path: Path) -> str:
@@ -225,34 +262,21 @@ def load(card: dict, rng: np.random.Generator | None = None) -> Table:
     paths = resolve_files(card)
     digests = verify(card, paths)
     cache = cache_root() / "parsed" / f"{card['name']}-{_cache_key(card, digests)}.pkl"
-    table = _read_cache(cache)
+    table = read_cache(cache, _unpickle)
     if table is None:
         from privfair_cli.datasets import tabular
 
         raw = getattr(module, "read", tabular.read)(paths, card)
         table = _with_row_ids(getattr(module, "encode", encode)(raw, card))
-        _write_cache(cache, table)
+        write_cache(cache, lambda f: pickle.dump(table, f, protocol=pickle.HIGHEST_PROTOCOL))
     check_rows(table, card)
     check_groups(table, card)
     return table
 
 
-def _read_cache(path: Path) -> Table | None:
-    if not path.is_file():
-        return None
-    try:
-        with open(path, "rb") as f:
-            return pickle.load(f)
-    except Exception:  # a stale or partial cache is rebuilt, never trusted
-        path.unlink(missing_ok=True)
-        return None
-
-
-def _write_cache(path: Path, table: Table) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.NamedTemporaryFile(dir=path.parent, delete=False) as tmp:
-        pickle.dump(table, tmp, protocol=pickle.HIGHEST_PROTOCOL)
-    os.replace(tmp.name, path)
+def _unpickle(path: Path) -> Table:
+    with open(path, "rb") as f:
+        return pickle.load(f)
 
 
 def _with_row_ids(table: Table) -> Table:

@@ -29,7 +29,7 @@ import numpy as np
 import pandas as pd
 
 from privfair_cli import downstream, metrics
-from privfair_cli.datasets import cache_root
+from privfair_cli.datasets import cache_root, read_cache, write_cache
 from privfair_cli.errors import DataError
 
 REFERENCE_CACHE_VERSION = 1
@@ -88,20 +88,11 @@ def reference_graph(plugin, data) -> np.ndarray:
     blob = json.dumps([REFERENCE_CACHE_VERSION, plugin.reference_settings(), content_hash(data)], sort_keys=True)
     path = cache_root() / "reference" / f"{data.name}-{hashlib.sha256(blob.encode()).hexdigest()[:24]}.npy"
     shape = np.shape(plugin.adjacency)
-    try:
-        adj = np.load(path, allow_pickle=False)
-        if adj.shape == shape and adj.dtype == bool:
-            return adj
-    except (OSError, ValueError, EOFError):
-        pass
+    adj = read_cache(path, lambda p: np.load(p, allow_pickle=False))
+    if adj is not None and adj.shape == shape and adj.dtype == bool:
+        return adj
     adj = np.asarray(plugin.reference_graph(data), dtype=bool)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=path.parent, delete=False, prefix=f".{path.name}.") as tmp:
-            np.save(tmp, adj)
-        os.replace(tmp.name, path)
-    except OSError:
-        pass
+    write_cache(path, lambda f: np.save(f, adj))
     return adj
 
 

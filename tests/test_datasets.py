@@ -168,6 +168,35 @@ def test_card_only_dataset_errors(tmp_path, cache, monkeypatch, extra, message):
 
 
 # ------------------------------------------------------------------------------------------ checksums and cache
+def test_cache_files_are_written_whole_or_not_at_all_and_a_bad_one_is_rebuilt(cache):
+    """write_cache: the file appears only complete, a save that fails leaves nothing behind (an OSError is
+    swallowed: an unwritable cache is skipped; any other error is raised); read_cache removes what fails to load."""
+    path = cache / "x" / "a.npy"
+    data_lib.write_cache(path, lambda f: np.save(f, np.arange(3)))
+    np.testing.assert_array_equal(data_lib.read_cache(path, np.load), np.arange(3))
+
+    def fails(error):
+        def save(f):
+            f.write(b"partial")
+            raise error
+        return save
+
+    data_lib.write_cache(cache / "x" / "b.npy", fails(OSError(28, "No space left on device")))
+    with pytest.raises(ValueError, match="not serialisable"):
+        data_lib.write_cache(cache / "x" / "c.npy", fails(ValueError("not serialisable")))
+    assert sorted(p.name for p in (cache / "x").iterdir()) == ["a.npy"]  # no partial file, no temporary left
+    assert data_lib.read_cache(cache / "x" / "b.npy", np.load) is None
+    path.write_bytes(b"damaged")
+    assert data_lib.read_cache(path, np.load) is None and not path.exists()
+    if os.geteuid() != 0:  # root writes anywhere
+        (cache / "x").chmod(0o500)
+        try:
+            data_lib.write_cache(cache / "x" / "d.npy", lambda f: np.save(f, np.arange(3)))  # skipped, no error
+        finally:
+            (cache / "x").chmod(0o700)
+        assert not (cache / "x" / "d.npy").exists()
+
+
 @needs_data("german_credit")
 def test_parsed_dataset_is_cached_and_hashed_once(cache, monkeypatch):
     first = data_lib.load(card("german"))
