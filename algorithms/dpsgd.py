@@ -529,6 +529,8 @@ def _sgd_from_disk(key: tuple) -> tuple[dict, TrainLog, dict] | None:
             return state, log, json.loads(str(f["after"]))
 
     return read_cache(_sgd_disk_path(key), load)
+
+
 SGD = _plugin("SGD", "sgd", private=False, needs_delta=False, accountant="basic", mechanisms=(), own_noise="")
 DPSGD = _plugin("DPSGD", "dpsgd")
 DPSGDF = _plugin("DPSGDF", "dpsgd_f")
