@@ -370,8 +370,9 @@ class XuSGD(Plugin):
 
     def _fit_model(self, settings: TrainConfig, data, rng) -> tuple[torch.nn.Module, TrainLog]:
         """Train a model with `settings` on `data` from the random state of `rng`. A non-private (`sgd`) training
-        is kept (`_SGD_KEPT`) and given again to a later call with exactly the same inputs: the sgd run and the
-        private runs' `reference` of one seed train the same model, once per process."""
+        is kept (`_SGD_KEPT`, and on disk without its per-epoch weights) and given again to a later call with
+        exactly the same inputs: the sgd run and the private runs' `reference` of one seed train the same model,
+        once (a process's other calls take it from memory, other processes from disk)."""
         key = self._sgd_key(settings, data, rng)
         state, log, after = _SGD_KEPT.get(key, (None, None, None)) if key is not None else (None, None, None)
         if state is None and key is not None and not settings.keep_weights:
