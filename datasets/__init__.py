@@ -39,6 +39,7 @@ import numpy as np
 import pandas as pd
 
 from privfair_cli.errors import DataError
+from privfair_cli.results import atomic_save
 
 CACHE_VERSION = 2
 T = TypeVar("T")
@@ -92,22 +93,11 @@ def cache_root() -> Path:
 
 
 def write_cache(path: Path, save: Callable[[IO[bytes]], object]) -> None:
-    """Write a cache file with `save(binary file)` atomically (a temporary file beside it, then renamed), so a
-    reader never meets a partial one. A cache that cannot be written (read-only or full disk) is skipped: what it
-    holds is recomputed next time."""
-    path, tmp = Path(path), None
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=path.parent, delete=False, prefix=f".{path.name}.") as f:
-            tmp = f.name
-            save(f)
-        os.replace(tmp, path)
-    except BaseException as err:
-        if tmp is not None:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-        if not isinstance(err, OSError):
-            raise
+    """Write a cache file with `save(binary file)` atomically (`results.atomic_save`), so a reader never meets a
+    partial one. A cache that cannot be written (read-only or full disk) is skipped: what it holds is recomputed
+    next time; any other error is raised."""
+    with contextlib.suppress(OSError):
+        atomic_save(path, save)
 
 
 def read_cache(path: Path, load: Callable[[Path], T]) -> T | None:

@@ -49,23 +49,29 @@ def writing(where: Path):
         raise ResultsError(f"cannot write {where}: {err.strerror or err}") from err
 
 
+def atomic_save(path: Path, save, mode: str = "wb") -> None:
+    """Write `path` with `save(open file)` atomically: a temporary file beside it, flushed to disk, then renamed
+    over it, so a reader sees the old file or the whole new one; on any failure the temporary is removed and the
+    error raised."""
+    path, tmp = Path(path), None
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(mode, dir=path.parent, delete=False, prefix=f".{path.name}.") as f:
+            tmp = f.name
+            save(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if tmp is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+        raise
+
+
 def atomic_write(path: Path, text: str) -> None:
-    path = Path(path)
-    tmp = None
     with writing(path):
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            with tempfile.NamedTemporaryFile("w", dir=path.parent, delete=False, prefix=f".{path.name}.") as f:
-                tmp = f.name
-                f.write(text)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            if tmp is not None:
-                with contextlib.suppress(OSError):
-                    os.unlink(tmp)
-            raise
+        atomic_save(path, lambda f: f.write(text), mode="w")
 
 
 def _clean(value):
