@@ -307,8 +307,9 @@ def report(exps: list[Experiment], root: Path | None = None) -> str:
             "Tables 4.3-4.6 are the stand-in generator's, the comparisons counted for those cells before TETRAD's "
             "generator); `matched` is the share of compared cells (match + deviates) "
             "that match. The last column counts the experiments that re-measure a family's cells with another "
-            "option (`variant_of`: PreFair with Private-PGM, Tables 4.3-4.6 with the spec's stand-in generator "
-            "instead of TETRAD's), which the other columns leave out.",
+            "option (`variant_of`: PreFair with Private-PGM or its reference code's search, Tables 4.3-4.6 with the "
+            "spec's stand-in generator instead of TETRAD's, the MNIST tables with momentum 0.5), which the other "
+            "columns leave out.",
             "",
             family_table(root, exps),
             "",
