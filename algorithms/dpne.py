@@ -16,8 +16,10 @@ Three plugins of task kind `embedding` (a graph card: cora, citeseer, wiki), one
 CAVEAT (spec §0.2 / C4, also written to every dpne run's `warnings`): with `noise_term: abs` the exact minimiser
 is essentially the non-private one (the term only pins the scalar `<W, N> = 0`); the published utility at eps >= 1
 comes from that variant, and the collapse at small eps is an artefact of SGD oscillations. The abs variant is not
-covered by Theorem 7, so a run claims `heuristic`; `linear` claims eps-DP (edge-level), as Theorem 7 states - but
-note C2: `H` is learned non-privately from the same graph and the proof ignores that dependence.
+covered by Theorem 7, so a run claims `heuristic`. `linear` is Theorem 7's mechanism, but (C2) `H` is learned
+non-privately from the same graph and the proof treats it as fixed: a stated gap, so it claims `heuristic` too.
+A `sensitivity` below Lemma 1's sqrt(2) is an understated bound (noise too small): the run warns with the
+derived bound beside it (its claim is heuristic already).
 
 Vectorised stage 2 (`block` columns at a time): the per-entry SGD over a block of columns `J` is solved exactly
 as a triangular system - the residual of column `j` depends on the earlier columns of the block only through
@@ -63,9 +65,9 @@ from privfair_cli.typed import bounds
 LEMMA1_SENSITIVITY = math.sqrt(2.0)  # Lemma 1: max ||M' - M|| over graphs differing in one edge (dpne.md §3.2)
 ABS_CAVEAT = ("dpne noise_term=abs (the thesis' implementation): its exact minimiser is essentially the "
               "non-private one and Theorem 7 does not cover it - utility at eps >= 1 is not evidence of privacy; "
-              "the guarantee is heuristic (dpne.md §0.2, C4). noise_term=linear is the variant the proof covers")
+              "the guarantee is heuristic (dpne.md §0.2, C4). noise_term=linear is Theorem 7's own mechanism")
 H_CAVEAT = ("dpne: H is learned non-privately from the same graph and the proof treats it as fixed "
-            "(dpne.md C2); the eps-DP claim is Theorem 7's")
+            "(dpne.md C2): Theorem 7 does not cover the released W, so the guarantee is heuristic")
 SVDS_MAX_K = 200  # a randomized truncated SVD for k <= 200, a full SVD beyond (dpne.md §2: svds)
 _MEMO: dict[tuple[str, int, str], tuple[np.ndarray, np.ndarray]] = {}
 _M_MEMO: dict = {}
@@ -219,12 +221,12 @@ class EmbeddingConfig:
 
 @dataclass(frozen=True)
 class DPMConfig(EmbeddingConfig):
-    sensitivity: float = field(metadata=bounds(gt=0))
+    sensitivity: float = field(metadata=bounds(gt=0, lt=math.inf))
 
 
 @dataclass(frozen=True)
 class DPNEConfig(EmbeddingConfig):
-    sensitivity: float = field(metadata=bounds(gt=0))
+    sensitivity: float = field(metadata=bounds(gt=0, lt=math.inf))
     noise_term: Literal["abs", "linear"]
 
 
@@ -298,6 +300,7 @@ class DPM(_Embedder):
     Config = DPMConfig
 
     def embed(self, graph, budget, ledger, rng):
+        self.understated("sensitivity", self.cfg.sensitivity, LEMMA1_SENSITIVITY, "Lemma 1's L2 bound")
         m_hat = noisy_walk_matrix(graph, self.cfg.sensitivity, budget.eps, rng, ledger)
         m_hat = m_hat.astype(self.cfg.precision, copy=False)  # a fresh noisy matrix: its SVD is this run's own
         h = context(m_hat, self.cfg.k, self.cfg.h_norm).astype(np.float64)
@@ -316,6 +319,7 @@ class DPNE(_Embedder):
     Config = DPNEConfig
 
     def embed(self, graph, budget, ledger, rng):
+        self.understated("sensitivity", self.cfg.sensitivity, LEMMA1_SENSITIVITY, "Lemma 1")
         m, h = cached_context(graph, self.cfg.k, self.cfg.h_norm)
         ledger.spend_pure("objective_perturbation", budget.eps, self.cfg.sensitivity,
                           note=f"eta_i ~ exp(-eps ||eta|| / (2 Delta)), Delta = {self.cfg.sensitivity:.6g} "
@@ -328,7 +332,7 @@ class DPNE(_Embedder):
         return self.stage2(m, h, noise, rng, self.cfg.noise_term)
 
     def claims(self):
-        return "eps-DP" if self.cfg.noise_term == "linear" else "heuristic"
+        return "heuristic"  # abs: outside Theorem 7 (C4); linear: H learned without privacy (C2)
 
     def extra_metrics(self):
         return super().extra_metrics() | {"sensitivity_M_l2": self.cfg.sensitivity}

@@ -32,8 +32,10 @@ Deviations and choices (spec §7):
 - C2 / C11: noisy counts are clamped at 0 (Naive: group sizes at 1); `f_k` of a group with no noisy examples
   is `empty_group_fraction` (one | neutral | zero; default one); `C^k = C0` for all k when `m_tilde <= 0`;
   `denominator: batch_fraction` (thesis, `m_tilde / b`) or `mean_group_fraction` (public re-implementation).
-- C3: `batch_sampling: poisson` (default, what the accountant assumes) | shuffle | fixed_uniform; the
-  accountant is the Poisson one in every case (as the thesis does).
+- C3: `batch_sampling: poisson` (default, the thesis' accountant) | shuffle | fixed_uniform. The thesis charges
+  every scheme as Poisson; here each is accounted for the batches it draws (`dpsgd_accounting.Sampling`): shuffle
+  without amplification (its passes compose, q = 1), fixed_uniform with the sampling-without-replacement bound,
+  both for replace-one adjacency (noise multiplier sigma / 2 against the 2C change of a replaced example).
 - C5: `match_budget: thesis` removes the printed iterations (22/19/5/11/17/9, keyed by data card name, when T
   is within 1% of the thesis' T; other settings fall back to `exact`), `exact` removes iterations until
   DPSGD-F's total eps <= DPSGD's, `none`.
@@ -93,7 +95,7 @@ import torch
 from privfair_cli import evaluate as evaluators
 from privfair_cli import metrics, plots
 from privfair_cli.algorithms import dpsgd_trainer
-from privfair_cli.algorithms.dpsgd_accounting import NoisePlan, charge, epsilon_after, plan_noise
+from privfair_cli.algorithms.dpsgd_accounting import SIGMA_MIN, NoisePlan, Sampling, charge, epsilon_after, plan_noise
 from privfair_cli.algorithms.dpsgd_trainer import (
     BINARY_MODELS,
     CNN_INPUT,
@@ -134,7 +136,7 @@ class XuSGDConfig:
     epochs: int | Literal["auto"] = field(metadata=bounds(ge=1))
     lr: float | Literal["auto", "inv_sqrt_T"] = field(metadata=bounds(gt=0, lt=math.inf))
     C: float | Literal["auto"] = field(metadata=bounds(gt=0, lt=math.inf))
-    sigma: float | Literal["auto", "calibrate"] = field(metadata=bounds(gt=0, lt=math.inf))
+    sigma: float | Literal["auto", "calibrate"] = field(metadata=bounds(ge=SIGMA_MIN, lt=math.inf))
     sigma1_ratio: float = field(metadata=bounds(gt=0, lt=math.inf))
     l2: float | Literal["auto"] = field(metadata=bounds(ge=0, lt=math.inf))
     l2_mode: Literal["after_noise", "in_loss"]
@@ -351,7 +353,8 @@ class XuSGD(Plugin):
         counts = self.algorithm in ("dpsgd_f", "dpsgd_naive")
         sigma = self.cfg.spec("sigma", self.model_kind)
         plan = plan_noise(sigma, counts, self.cfg.sigma1_ratio, self.cfg.match_budget,
-                          settings.batch_size / len(data), settings.steps, budget, ledger, data.name)
+                          settings.batch_size / len(data), settings.steps, budget, ledger, data.name,
+                          Sampling(settings.batch_sampling, len(data), settings.batch_size))
         what = "2K clipped/unclipped counts" if self.algorithm == "dpsgd_f" else "K group sizes"
         charge(plan, ledger, "C" if counts else settings.C, note=f"clipped gradients ({settings.batch_sampling} "
                "batches)", counts_note=f"noisy {what} (L2 sensitivity 1)")
@@ -426,7 +429,7 @@ class XuSGD(Plugin):
     def _history(self, plan: NoisePlan | None, budget, ledger) -> EpochHistory:
         steps = self.log.epoch_steps
         eps = np.zeros(len(steps)) if plan is None else epsilon_after(
-            plan.q, plan.sigma, plan.sigma1, steps, budget.delta, ledger.orders, ledger.rdp_conversion)
+            plan.q, plan.sigma, plan.sigma1, steps, budget.delta, ledger.orders, ledger.rdp_conversion, plan.sampling)
         return EpochHistory(steps, eps, eodds_agg=getattr(self.cfg, "eodds_agg", "mean"))
 
     def _watch(self, name: str, table) -> None:

@@ -459,7 +459,10 @@ class MarginalTreeRelease(Plugin):
         self.n_original = len(data)
         X = data.frame.to_numpy(np.int64)
 
-        self.rho = zcdp_budget(budget.eps, budget.delta, self.cfg.conversion)
+        # rho is calibrated with the accountant the run uses: its own conversion under zcdp, the largest rho whose
+        # RDP curve fits the budget under budget.accountant=rdp (issue: calibrate and charge alike)
+        self.rho = zcdp_budget(budget.eps, budget.delta, self.cfg.conversion) if ledger.accountant == "zcdp" \
+            else ledger.zcdp_left()
         sigma = math.sqrt(3 / (2 * self.rho))  # 0 at eps = inf: no noise
         # The estimator uses the measurements' variances only through their ratios, so the noise-free limit keeps
         # the ratios of sigma = 1.

@@ -15,9 +15,10 @@ generic loader (`tabular.py`) reads its CSV or ARFF files as the card's `format:
 Files are looked up in `$PRIVFAIR_DATA_DIR/<subdir>/`, then `~/.cache/privfair/data/<subdir>/`, then downloaded
 from the card's `url`. Every file's sha256 is checked against the card on every load (unless `verify: false`);
 the digest is computed once per file per process (remembered by path, size, mtime and inode, in memory only).
-Parsed tables are cached under `~/.cache/privfair/parsed/` (or `$PRIVFAIR_CACHE_DIR`), keyed by the card's
-parsing keys, the files' sha256 digests and the source of this package, so a `verify: false` run over a changed
-file never serves a default run, and an edited loader never reads a stale parse.
+Parsed tables are cached (`store.py`: npz + JSON, a format that cannot run code) under
+`~/.cache/privfair/parsed/` (or `$PRIVFAIR_CACHE_DIR`), keyed by the card's parsing keys, the files' sha256
+digests and the source of this package, so a `verify: false` run over a changed file never serves a default run,
+and an edited loader never reads a stale parse.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ import hashlib
 import importlib
 import json
 import os
-import pickle
+import re
 import tempfile
 import urllib.request
 from collections.abc import Callable
@@ -38,10 +39,11 @@ from typing import IO, TypeVar
 import numpy as np
 import pandas as pd
 
+from privfair_cli.datasets import store
 from privfair_cli.errors import DataError
 from privfair_cli.results import atomic_save
 
-CACHE_VERSION = 2
+CACHE_VERSION = 3  # 3: the safe npz format of store.py (2 was a pickle)
 T = TypeVar("T")
 DEFAULT_LOADER = "tabular"
 MAX_CODES = 100  # derived discrete view: a wider numeric range is cut into this many equal-width bins
@@ -81,6 +83,19 @@ class Table:
             meta={k: v for k, v in self.meta.items() if not k.startswith("row_")}
             | {k: v[idx] for k, v in self.meta.items() if k.startswith("row_")},
         )
+
+
+SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+=-]*")
+
+
+def safe_name(value, key: str) -> str:
+    """`value` when it can name a folder or file (letters, digits, `_ . + = -`, no separator, no `..`), else a
+    one-line DataError naming `key`: a card name becomes the run folder and the cache file's name."""
+    text = str(value)
+    if not SAFE_NAME.fullmatch(text) or ".." in text:
+        raise DataError(f"{key}={text!r} cannot name a folder: use letters, digits and _ . + = - (no path "
+                        f"separator, no '..')")
+    return text
 
 
 def loader_module(card: dict):
@@ -251,22 +266,18 @@ def load(card: dict, rng: np.random.Generator | None = None) -> Table:
         return _with_row_ids(table)
     paths = resolve_files(card)
     digests = verify(card, paths)
-    cache = cache_root() / "parsed" / f"{card['name']}-{_cache_key(card, digests)}.pkl"
-    table = read_cache(cache, _unpickle)
+    cache = cache_root() / "parsed" / f"{safe_name(card['name'], 'data.name')}-{_cache_key(card, digests)}.npz"
+    table = read_cache(cache, store.load)
     if table is None:
         from privfair_cli.datasets import tabular
 
         raw = getattr(module, "read", tabular.read)(paths, card)
         table = _with_row_ids(getattr(module, "encode", encode)(raw, card))
-        write_cache(cache, lambda f: pickle.dump(table, f, protocol=pickle.HIGHEST_PROTOCOL))
+        with contextlib.suppress(TypeError):  # a table holding what store.py cannot write safely is not cached
+            write_cache(cache, lambda f: store.save(table, f))
     check_rows(table, card)
     check_groups(table, card)
     return table
-
-
-def _unpickle(path: Path) -> Table:
-    with open(path, "rb") as f:
-        return pickle.load(f)
 
 
 def _with_row_ids(table: Table) -> Table:
@@ -310,6 +321,19 @@ def _strings(col: pd.Series) -> pd.Series:
     return col.astype(str).str.strip()
 
 
+def numbers(df: pd.DataFrame, col: str, card: dict) -> np.ndarray:
+    """Column `col` as floats; a value that is not a finite number (text, nan, inf) is a DataError naming the
+    file, the column, the first bad row and its value (a card's numeric bounds cannot hold it)."""
+    x = pd.to_numeric(df[col], errors="coerce").to_numpy(float)
+    bad = np.flatnonzero(~np.isfinite(x))
+    if bad.size:
+        i = int(bad[0])
+        files = ", ".join(card.get("files") or {}) or card.get("name")
+        raise DataError(f"dataset {card.get('name')!r} ({files}): column {col!r} must hold finite numbers; row "
+                        f"{i + 1} holds {df[col].iloc[i]!r} ({bad.size} such rows)")
+    return x
+
+
 def encode(df: pd.DataFrame, card: dict) -> Table:
     """The card-driven encoding shared by every tabular dataset.
 
@@ -334,7 +358,7 @@ def encode(df: pd.DataFrame, card: dict) -> Table:
     numeric = feats.get("numeric") or {}
     _require(df, list(numeric), card, "numeric feature")
     for col, (lo, hi) in numeric.items():
-        x = pd.to_numeric(df[col], errors="raise").to_numpy(float)
+        x = numbers(df, col, card)
         cols.append(((np.clip(x, lo, hi) - lo) / (hi - lo))[:, None])
         names.append(col)
     onehot = feats.get("onehot") or []
@@ -428,7 +452,7 @@ def discretise(df: pd.DataFrame, card: dict) -> tuple[pd.DataFrame | None, dict[
         how = how or {}
         if "bins" in how:
             edges = np.asarray(how["bins"], dtype=float)
-            x = pd.to_numeric(df[col], errors="raise").to_numpy(float)
+            x = numbers(df, col, card)
             codes = np.clip(np.searchsorted(edges, x, side="right") - 1, 0, len(edges) - 2)
             k = len(edges) - 1
         elif "one_of" in how:
@@ -495,6 +519,20 @@ def split_warnings(train: Table, test: Table, kind: str) -> list[str]:
             if not np.any(test.s == g):
                 out.append(f"no test row has s={g}: the fairness metrics comparing the groups are undefined")
     return out
+
+
+def check_labels(train: Table, kind: str) -> None:
+    """A classifier trained on one class learns a constant: its accuracy and every fairness gap would measure
+    nothing, so such a run is refused (labels hidden for semi-supervised learning, y = -1, do not count)."""
+    if kind not in ("classifier", "semi_supervised"):
+        return
+    seen = np.unique(train.y[train.y >= 0]) if np.issubdtype(np.asarray(train.y).dtype, np.number) else \
+        np.unique(train.y)
+    if len(seen) < 2:
+        what = f"only the class {seen[0].item()!r}" if len(seen) else "no label"
+        raise DataError(f"data={train.name}: the training rows hold {what}: a classifier would learn a constant and "
+                        f"its accuracy and fairness gaps would mean nothing; check the card's label and positive "
+                        f"values (data.positive), or the rows chosen (data.n)")
 
 
 def _split_semi_supervised(table: Table, test_size: float, rng: np.random.Generator,

@@ -80,6 +80,10 @@ def prevalidate(overrides: list[str], multirun: bool = False) -> list[str]:
     from privfair_cli import schema
 
     parsed = with_sweeper_params(overrides) if multirun else split_overrides(overrides)
+    for ov in parsed if not multirun else ():
+        if ov.is_sweep_override():
+            raise ConfigError(f"{ov.input_line} lists several values, which is a sweep: add -m (privfair run -m "
+                              f"{ov.input_line} ...), or quote the value to pass it as text")
     base, swept = [], []  # swept: (index in base, key, [(line, typed value), ...]) for keys with several values
     for ov in parsed:
         key = ov.get_key_element().lstrip("+~")

@@ -23,3 +23,7 @@ class ResultsError(PrivfairError):
 
 class RunFolderTaken(ResultsError):
     """A run folder holds a complete result of another config, which a run never replaces."""
+
+
+class TrainingFailed(PrivfairError):
+    """A trained model is unusable (non-finite parameters or scores): its metrics would mean nothing."""

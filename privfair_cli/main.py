@@ -66,11 +66,14 @@ def run_hydra(args: list[str], debug: bool) -> int:
         return 1 if outcome and _swept(outcome).failed else 0
     except KeyboardInterrupt as err:
         raise Interrupted(getattr(err, "signal", "SIGINT"), _kept(outcome)) from None
-    except OSError as err:
-        if job.started:
+    except (OSError, ValueError) as err:
+        # raised by Hydra before any job ran: the run or sweep folder, or the log in it, cannot be made (logging's
+        # configuration wraps the log file's OSError in a ValueError)
+        cause = err if isinstance(err, OSError) else err.__cause__
+        if job.started or not isinstance(cause, OSError):
             raise  # not a results folder's fault: shown as any other unexpected error
-        # raised by Hydra before any job ran: the run or sweep folder, or the log in it, cannot be made
-        raise ResultsError(f"cannot write {err.filename or 'the run folder'}: {err.strerror or err}") from None
+        raise ResultsError(f"cannot write {cause.filename or 'the run folder'}: {cause.strerror or cause}; any "
+                           "complete result already there is kept") from None
     finally:
         GlobalHydra.instance().clear()
         if outcome:

@@ -118,6 +118,20 @@ class Plugin:
         """The guarantee this configured instance gives (one of GUARANTEES)."""
         return self.guarantee if self.private else "none"
 
+    def claim(self) -> str:
+        """What the fitted run may claim: `claims()`, lowered to heuristic by an understated sensitivity."""
+        claim = self.claims()
+        return "heuristic" if claim not in ("none", "heuristic") and self.__dict__.get("_understated") else claim
+
+    def understated(self, key: str, value: float, derived: float, source: str) -> None:
+        """A user-set sensitivity `algo.<key>` below the bound the family derives (`derived`, from `source` and the
+        card's declared ranges): the noise is too small for the claim, so the run's guarantee becomes
+        `heuristic` (`runner.guarantee`) and the run warns with the derived bound beside it."""
+        if value < derived:
+            self._understated = True
+            self.warn(f"algo.{key}={value:g} is below the derived bound {derived:.6g} ({source}): the noise is "
+                      f"{derived / value:.3g}x too small for a DP claim; the guarantee is heuristic")
+
     def warn(self, message: str) -> None:
         """Record a premise that failed for this run (of the guarantee or of the metrics): the runner writes each
         message to the result's `warnings` and `privfair run` prints it."""

@@ -498,6 +498,12 @@ def reproduce(name: str, overrides: list[str], run: bool = True, sweep_dir: Path
     spec = experiment_spec(name)
     root = RESULTS_ROOT / "reproduce" / name
     sweep_dir = sweep_dir or root / "runs"
+    if overrides and not run:  # nothing runs, so nothing else would check them (eps=nan selects no run)
+        from privfair_cli.compose import prevalidate
+
+        bad = prevalidate([f"experiment={name}", *overrides], multirun=True)
+        if bad:
+            raise ConfigError(bad[0])
     effective = without_cuda(spec, overrides) if run else overrides
     if effective is None:
         print(f"skip {name}: without a CUDA device it takes hours at the paper's size; name its data to run it on "

@@ -171,8 +171,10 @@ def failures(root: Path) -> list[dict]:
     for path in _runs(root, FAILED):
         try:
             rec = json.loads(path.read_text())
-        except (json.JSONDecodeError, OSError):
-            rec = {"error": "unreadable", "message": str(path)}
+        except (ValueError, OSError):  # JSONDecodeError and UnicodeDecodeError (a binary file) are ValueErrors
+            rec = None
+        if not isinstance(rec, dict):
+            rec = {"error": "unreadable", "message": f"{path} is not a failure record (not JSON text)"}
         out.append(rec | {"run_dir": str(path.parent), "kept": is_complete(path.parent)})
     return out
 
@@ -274,7 +276,11 @@ def collect(root: Path):
         row = {k: rec[k] for k in ("algo", "data", "eps", "delta", "seed")}
         if "guarantee" in rec:
             row["guarantee"] = rec["guarantee"]
-        row |= _overrides(path.parent)
+        try:
+            row |= _overrides(path.parent)
+        except (ValueError, OSError):  # a binary or unreadable overrides.yaml: this run's swept keys are unknown
+            skipped.append((str(path.parent), "overrides.yaml is not readable text"))
+            continue
         row |= {k: (float("nan") if v is None else v) for k, v in rec["metrics"].items()}
         row |= {"eps_spent": rec["privacy"].get("eps_spent"), "run_dir": str(path.parent)}
         rows.append(row)

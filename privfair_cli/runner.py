@@ -14,7 +14,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from privfair_cli import __version__, evaluate, registry, results, runid, schema, seedbatch
 from privfair_cli import datasets as data_lib
-from privfair_cli.errors import DataError, RunFolderTaken
+from privfair_cli.errors import DataError, RunFolderTaken, TrainingFailed
 from privfair_cli.privacy import Budget, NoiseSource, PrivacyLedger, to_json
 from privfair_cli.threads import thread_cap
 
@@ -86,13 +86,33 @@ def guarantee(plugin: registry.Plugin, ledger: PrivacyLedger) -> str:
     """What a result may claim (registry.GUARANTEES): the plugin's claim for this instance; `none` when the spend
     is infinite (the noise-free limit, eps = inf); `(eps,delta)-DP` for an eps-DP plugin whose spend the accountant
     composed into an (eps, delta) statement (zcdp, rdp, or an (eps, delta) release)."""
-    claim = plugin.claims()
+    claim = plugin.claim()
     eps, delta = ledger.spent()
     if claim == "none" or math.isinf(eps):
         return "none"
     if claim == "eps-DP" and delta > 0:
         return "(eps,delta)-DP"
     return claim
+
+
+SCORE_METHODS = ("predict_proba", "decision", "scores")  # how the classifier families expose their scores
+
+
+def nonfinite_model(plugin, X) -> str | None:
+    """Why a trained classifier's scores (its first of SCORE_METHODS, else its weights `W`) are not all finite, or
+    None; a NaN score still yields a 0/1 prediction, so accuracy alone would hide a diverged model."""
+    method = next((m for m in SCORE_METHODS if callable(getattr(plugin, m, None))), None)
+    values = getattr(plugin, method)(X) if method else getattr(plugin, "W", None)
+    if values is None:
+        return None
+    values = np.asarray(values, dtype=float)
+    bad = ~np.isfinite(values)
+    if not bad.any():
+        return None
+    if method is None:
+        return f"has {int(bad.sum())} non-finite weights"
+    rows = bad.reshape(len(values), -1).any(axis=1) if values.ndim else bad
+    return f"gives non-finite {method} on {int(rows.sum())} of {len(values)} test rows"
 
 
 def premise_warnings(ledger: PrivacyLedger, n_train: int) -> list[str]:
@@ -139,6 +159,7 @@ def compute(rc: schema.RunConfig, artifacts: Path, log=print) -> dict:
     timings["load"] = time.perf_counter() - t0
 
     cls = registry.get(rc.algo)
+    data_lib.check_labels(train, cls.kind)
     data_warnings = data_lib.split_warnings(train, test, cls.kind)  # why the numbers may mean nothing
     device = resolve_device(rc.device, cls.cuda)
     plugin = cls(rc.params, rc.mechanism) if cls.Config is not None else cls(**rc.params, mechanism=rc.mechanism)
@@ -152,6 +173,9 @@ def compute(rc: schema.RunConfig, artifacts: Path, log=print) -> dict:
     plugin.fit(fit_data, budget, ledger, noise, device)
     ledger.check()
     timings["fit"] = time.perf_counter() - t1
+    if cls.kind in ("classifier", "semi_supervised") and (why := nonfinite_model(plugin, test.X)):
+        raise TrainingFailed(f"algo={rc.algo}: the trained model {why}: training diverged (e.g. a step size or "
+                             f"clipping bound too large), so its metrics would mean nothing")
 
     t2 = time.perf_counter()
     evaluator = getattr(plugin, "evaluate", None) or (

@@ -90,6 +90,12 @@ def validate_card(card: dict) -> DataCard:
     name = card.get("name")
     if not name:
         raise ConfigError("data: a dataset card needs `name`")
+    for key in ("name", "subdir"):
+        if card.get(key) is not None:
+            try:
+                data_lib.safe_name(card[key], f"data.{key}")
+            except data_lib.DataError as err:
+                raise ConfigError(str(err)) from None
     loader = card.get("loader") or data_lib.DEFAULT_LOADER
     try:
         module = data_lib.loader_module(card)
@@ -335,7 +341,7 @@ def validate(cfg: DictConfig) -> RunConfig:
     accountant, conversion = _budget(cfg, plugin, params)
     delta, delta_source = _delta(delta, plugin, accountant)
     secure = _secure(cfg, plugin)
-    mechanism = OmegaConf.to_container(cfg.get("mechanism") or {}, resolve=True)
+    mechanism = _section(cfg, "mechanism", ("name",), unknown_ok=True)
     mech = mechanism.get("name", "default")
     if mech != "default" and mech not in plugin.mechanisms:
         allowed = ", ".join(plugin.mechanisms) or "none (non-private)"
@@ -344,21 +350,33 @@ def validate(cfg: DictConfig) -> RunConfig:
     if extra:  # the group names the noise family only; calibrations are typed algorithm keys
         raise ConfigError(f"mechanism.{extra[0]} is not a key of mechanism; allowed: name (a calibration is an "
                           f"algorithm key, e.g. algo.calibration for relaxed_fm and adfc)")
-    budget = OmegaConf.to_container(cfg.get("budget") or {}, resolve=True)
-    save_predictions = cfg.get("save_predictions", True)
-    if not isinstance(save_predictions, bool):
-        raise ConfigError(f"save_predictions={save_predictions!r} must be true or false")
-    return RunConfig(eps, delta, seed, device, bool(cfg.get("overwrite", False)), name, params, card,
+    budget = _section(cfg, "budget", BUDGET_KEYS)
+    save_predictions = _flag(cfg, "save_predictions", True)
+    return RunConfig(eps, delta, seed, device, _flag(cfg, "overwrite", False), name, params, card,
                      mechanism, budget, save_predictions, accountant, conversion, delta_source, secure)
 
 
-def _section(cfg: DictConfig, group: str, allowed: tuple[str, ...]) -> dict:
-    """A mapping of the config, refusing keys it does not know (e.g. `+budget.neighbouring=...`)."""
-    section = OmegaConf.to_container(cfg.get(group) or {}, resolve=True)
+def _flag(cfg: DictConfig, key: str, default: bool) -> bool:
+    """A boolean run key: true or false (Hydra's spellings, e.g. True, FALSE), nothing else (`overwrite=no` is
+    not false, and a secure result is never replaced by a misspelt one)."""
+    value = cfg.get(key, default)
+    if not isinstance(value, bool):
+        raise ConfigError(f"{key}={value!r} must be true or false")
+    return value
+
+
+def _section(cfg: DictConfig, group: str, allowed: tuple[str, ...], unknown_ok: bool = False) -> dict:
+    """A mapping of the config, refusing null and (unless `unknown_ok`) keys it does not know (e.g.
+    `+budget.neighbouring=...`); an absent group is empty."""
+    section = cfg.get(group, {})
+    if section is None:
+        raise ConfigError(f"{group}=null: {group} must be a mapping with keys {', '.join(allowed)} (leave it out "
+                          f"for the defaults)")
+    section = OmegaConf.to_container(section, resolve=True) if OmegaConf.is_config(section) else section
     if not isinstance(section, dict):
         raise ConfigError(f"{group}={section!r} must be a mapping with keys {', '.join(allowed)}")
     unknown = sorted(set(section) - set(allowed))
-    if unknown:
+    if unknown and not unknown_ok:
         raise ConfigError(f"{group}.{unknown[0]} is not a key of {group}; allowed: {', '.join(allowed)}")
     return section
 
