@@ -524,6 +524,7 @@ class LapMech(LaplaceRelease):
     """`lapmech`: Laplace(1/eps) on every cell of the full contingency table, then PC on its marginals."""
 
     name = "lapmech"
+    guarantee_note = 'algo.noise_cells=occupied: heuristic (noise on the non-empty cells only)'
     needs = ("discrete", "graph_reference")
     Config = LapMechConfig
 
@@ -548,6 +549,8 @@ class PrivPCStar(LaplaceRelease):
     """`privpc_star`: Laplace on the covariance (sensitivity p(p+1)/(2(n-1)), Eq. 4.5), then Gaussian PC."""
 
     name = "privpc_star"
+    guarantee_note = ("always heuristic: the sensitivity assumes a row norm of at most p and leaves out the change of "
+                      "the mean (P14)")
     guarantee = "heuristic"
     Config = PrivPCStarConfig
 
@@ -573,6 +576,7 @@ class PrivPC(PCFamily):
     spec's budget schedule."""
 
     name = "privpc"
+    guarantee_note = 'always heuristic: the sensitivity of the score used is not proven (spec §3.4)'
     needs = ("discrete", "graph_reference")
     mechanisms = ("exponential",)
     guarantee = "heuristic"

@@ -209,6 +209,8 @@ class _CorrelatedDP(Plugin):
     needs = ("binary_label", "features")
     mechanisms = ("laplace",)
     guarantee = "heuristic"  # the seed's selection steps and Theta are not accounted (module docstring)
+    guarantee_note = ("always heuristic: the seed's feature-selection steps and its Theta are not accounted; "
+                      "algo.sensitivity_mode=empirical_loo reads the sensitivity off the data")
     own_noise = "the Gamma-norm noise of output perturbation"
     Config = CDPConfig
     kappa_kind = "kappa_cs"

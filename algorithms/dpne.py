@@ -296,6 +296,7 @@ class DPM(_Embedder):
     """Laplace on every entry of `M`, then the nemf pipeline on the noisy matrix (dpne.md §4)."""
 
     name = "dpm"
+    guarantee_note = 'always heuristic: sqrt(2) is an L2 bound used as the Laplace (L1) scale (C3)'
     mechanisms = ("laplace",)
     Config = DPMConfig
 
@@ -315,6 +316,8 @@ class DPNE(_Embedder):
     """Objective perturbation of the MF objective w.r.t. `W` (dpne.md §3, Theorem 7)."""
 
     name = "dpne"
+    guarantee_note = ("always heuristic: noise_term=abs is outside Theorem 7 (C4), noise_term=linear learns H without "
+                      "privacy (C2); algo.sensitivity below sqrt(2) warns with the derived bound")
     mechanisms = ("objective_perturbation",)
     Config = DPNEConfig
 

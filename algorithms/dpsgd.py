@@ -298,6 +298,9 @@ class XuSGD(Plugin):
     needs_delta = True
     accountant = "rdp"
     guarantee = "(eps,delta)-DP"
+    guarantee_note = ("algo.batch_sampling=shuffle or fixed_uniform: accounted for those batches (no Poisson "
+                      "amplification; replace-one adjacency); a card whose vocabulary is read off the training "
+                      "texts (imdb): heuristic")
     Config = XuSGDConfig
     own_noise = "its gradient and count noise with torch / numpy samplers"  # not covered by privacy.secure
     algorithm: ClassVar[str]

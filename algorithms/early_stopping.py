@@ -203,6 +203,7 @@ class DPSGDEarlyStopping(XuSGD):
     Config = EarlyStoppingConfig
     needs = ("label", "binary_label", "features|tokens", "sensitive")
     guarantee = "heuristic"
+    guarantee_note = "always heuristic: the stop epoch is read off noise-free scores of held-out private rows"
 
     def claims(self) -> str:
         """heuristic: the stop epoch reads noise-free validation scores (none in the noise-free limit)."""

@@ -140,6 +140,9 @@ class FFPDG(Plugin):
     needs = ("discrete", "roles", "sensitive", "binary_label")
     mechanisms = ("laplace",)
     guarantee = "heuristic"  # what the defaults (the seed's pipeline) give; claims() says eps-DP for the rigorous one
+    guarantee_note = ("eps-DP only for the rigorous pipeline: algo.order=fair_last or algo.preprocessor=none, and for "
+                      "ron_gauss algo.class_counts=noisy, binary_decoding=onehot, cov_sensitivity=safe, for the GANs "
+                      "dpwgan or pategan_bound=data_independent; algo.generator=none: none")
     Config = FFPDGConfig
 
     @classmethod

@@ -429,6 +429,8 @@ class MarginalTreeRelease(Plugin):
     default_delta = DEFAULT_DELTA
     accountant = "zcdp"
     guarantee = "zCDP"
+    guarantee_note = ("algo.rows=n_original: heuristic (the exact row count is released outside the ledger); "
+                      "budget.accountant=rdp: the same zCDP releases, sized to the RDP conversion")
     fair = True
     Config = MSTConfig
 
@@ -588,6 +590,8 @@ class PreFairOptimal(MarginalTreeRelease):
     best fair spanning tree for those weights."""
 
     name = "prefair_optimal"
+    guarantee_note = ("algo.rows=n_original or algo.search_variant=ref_code (the reference code's selection noise, far "
+                      "below what it pays for): heuristic; budget.accountant=rdp: sized to the RDP conversion")
     Config = PreFairOptimalConfig
 
     def claims(self) -> str:

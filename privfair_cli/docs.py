@@ -10,7 +10,10 @@ Reads every experiment config with a `reproduce:` block (`configs/experiment/*.y
 - rewrites the block of `README.md` between `START` and `END` with the summary table;
 - rewrites the block between `ALGORITHMS_START` and `ALGORITHMS_END` with the algorithm table: one row per
   algorithm module (`registry.ALGORITHM_MODULES`), its task kinds, its algorithms grouped by the guarantee each
-  declares, and its family page (the page under `docs/families/` that links the module), or the module itself.
+  declares, and its family page (the page under `docs/families/` that links the module), or the module itself;
+- rewrites the block of `docs/privacy.md` between `GUARANTEES_START` and `GUARANTEES_END` with the guarantee
+  table: per algorithm, the guarantee a run claims at its defaults and the settings that change it
+  (`Plugin.guarantee_note`, plus `registry.GENERAL_GUARANTEE_RULES`).
 
 Nothing here computes a verdict: the counts and reasons are the comparison's own, so the two pages cannot say
 more (or less) than the committed comparisons. A non-matching cell whose comparison has an empty reason shows
@@ -36,6 +39,9 @@ START = "<!-- reproduction-summary:start -->"
 END = "<!-- reproduction-summary:end -->"
 ALGORITHMS_START = "<!-- algorithms:start -->"
 ALGORITHMS_END = "<!-- algorithms:end -->"
+GUARANTEES_START = "<!-- guarantees:start -->"
+GUARANTEES_END = "<!-- guarantees:end -->"
+PRIVACY = Path("docs") / "privacy.md"
 FAMILIES = Path("docs") / "families"
 REPORT = Path("docs") / "reproduction.md"
 BASELINE = Path("results") / "reproduce" / "baseline.csv"
@@ -397,12 +403,36 @@ def algorithm_table(root: Path) -> str:
     return f"{ALGORITHMS_START}\n" + "\n".join(lines) + f"\n{ALGORITHMS_END}"
 
 
+def guarantee_rows() -> list[tuple[str, str, str]]:
+    """(algorithm, guarantee at its defaults, the settings that change it) for every registered algorithm."""
+    from privfair_cli import registry
+
+    plugins = registry.load_plugins()
+    return [(name, registry.guarantee_at_defaults(cls), cls.guarantee_note if cls.private else "non-private")
+            for name, cls in sorted(plugins.items())]
+
+
+def guarantee_table() -> str:
+    """The guarantee table of docs/privacy.md (and of `privfair list`), from the registry."""
+    from privfair_cli import registry
+
+    head = ["algorithm", "guarantee at its defaults", "settings that change it"]
+    lines = [_row(head), _row(["---"] * len(head))]
+    lines += [_row([f"`{name}`", f"`{claim}`", note or "-"]) for name, claim, note in guarantee_rows()]
+    rules = "\n".join(f"- {rule}" for rule in registry.GENERAL_GUARANTEE_RULES)
+    return (f"{GUARANTEES_START}\nFor every private algorithm:\n\n{rules}\n\n" + "\n".join(lines)
+            + f"\n{GUARANTEES_END}")
+
+
 def expected(root: Path) -> dict[Path, str]:
     """What the generated files must contain, from the committed comparisons and the registry under `root`."""
     exps = experiments(root)
     readme = with_block((root / README).read_text(), readme_block(root, exps))
     readme = with_block(readme, algorithm_table(root), ALGORITHMS_START, ALGORITHMS_END)
-    return {REPORT: report(exps, root), README: readme}
+    pages = {REPORT: report(exps, root), README: readme}
+    if (root / PRIVACY).is_file():  # (a checkout without the privacy page has no table to keep)
+        pages[PRIVACY] = with_block((root / PRIVACY).read_text(), guarantee_table(), GUARANTEES_START, GUARANTEES_END)
+    return pages
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -194,6 +194,7 @@ def cmd_list(_args) -> int:
 
     from privfair_cli import registry, schema
     from privfair_cli.config import load_card
+    from privfair_cli.docs import guarantee_rows
 
     console = Console(width=max(Console().width, 110))
     plugins = registry.load_plugins()
@@ -206,6 +207,15 @@ def cmd_list(_args) -> int:
                   ", ".join(i.mechanisms) or "none (non-private)", "yes" if i.needs_delta else "no",
                   "yes" if i.cuda else "no", i.module)
     console.print(t)
+    g = Table(title="guarantees of the private algorithms (the others: none) and what changes them "
+                    "(docs/privacy.md)")
+    for col in ("name", "at its defaults", "settings that change it"):
+        g.add_column(col)
+    for name, claim, note in guarantee_rows():
+        if claim != "none" or note != "non-private":
+            g.add_row(name, claim, note or "-")
+    console.print(g)
+    console.print("[bold]every private algorithm:[/bold] " + "; ".join(registry.GENERAL_GUARANTEE_RULES))
     d = Table(title="datasets (data=): the views each card provides, and the algorithms that can run on it")
     for col in ("name", "provides", "runs"):
         d.add_column(col)

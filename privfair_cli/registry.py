@@ -95,6 +95,7 @@ class Plugin:
     accountant: ClassVar[str] = "basic"
     default_delta: ClassVar[float] = 0.0  # delta used when the run leaves delta=0 (e.g. 1e-9 for MST-style zCDP)
     guarantee: ClassVar[str] = "eps-DP"
+    guarantee_note: ClassVar[str] = ""  # which settings change the guarantee (docs/privacy.md, `privfair list`)
     own_noise: ClassVar[str] = ""  # noise drawn outside privfair_cli.privacy (e.g. "torch noise"): no secure mode
     Config: ClassVar[type | None] = None  # None: a plugin not yet converted to a typed config (takes **params)
     needs: ClassVar[tuple[str, ...]] = ()  # dataset views (VIEWS; "a|b" = either); () = KIND_NEEDS[kind]
@@ -223,6 +224,23 @@ def make(name: str, mechanism: dict | None = None, **overrides: Any) -> Plugin:
     if cls.Config is None:
         return cls(mechanism=mechanism or {}, **params)
     return cls(typed(cls.Config, params), mechanism or {})
+
+
+GENERAL_GUARANTEE_RULES = (
+    "eps=inf (the noise-free limit): none",
+    "an eps-DP algorithm whose ledger composes to a delta > 0 (zcdp or rdp accountant): (eps,delta)-DP",
+    "a user-set sensitivity below the bound the family derives: heuristic, with the bound in the run's warnings",
+)
+
+
+def guarantee_at_defaults(cls: type[Plugin]) -> str:
+    """The guarantee a run of `cls` claims with its YAML defaults (before the run's own settings)."""
+    if not cls.private:
+        return "none"
+    try:
+        return make(cls.name).claims()
+    except Exception:  # a config only a run can build: the declared guarantee
+        return cls.guarantee
 
 
 def info(cls: type[Plugin]) -> PluginInfo:

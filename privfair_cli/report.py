@@ -75,6 +75,9 @@ def say_left_out(path: Path, skipped: list[tuple[str, str]], failed: list[dict])
     """Name every run the report leaves out and why; a failed re-run whose earlier result is kept, once."""
     for run_dir, why in skipped:
         print(f"skipped {run_dir}: {why}")
+    for f in failed:
+        if f.get("error") == "unreadable":
+            print(f"unreadable failure record: {f['message']}")
     lost = [f["run_dir"] for f in failed if not f["kept"]]
     kept = [f["run_dir"] for f in failed if f["kept"]]
     for what, dirs in (("failed and are left out", lost), ("failed on a re-run and keep their earlier result", kept)):

@@ -33,9 +33,9 @@ def test_bad_input(row, tmp_path, monkeypatch, capsys):
     for argv in row.get("setup") or []:
         assert main([str(a) for a in argv]) == 0, f"setup {argv} failed: {capsys.readouterr().err}"
     capsys.readouterr()
-    for path, text in (row.get("files") or {}).items():
+    for path, text in (row.get("files") or {}).items():  # text, or bytes (YAML's !!binary)
         (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / path).write_text(text)
+        (tmp_path / path).write_bytes(text if isinstance(text, bytes) else text.encode())
     for k, v in (row.get("command_env") or {}).items():
         monkeypatch.setenv(k, str(v).replace("{tmp}", str(tmp_path)))
     if not row.get("data"):

@@ -97,6 +97,8 @@ def test_list_shows_registry_and_compatibility(tmp_path):
     mnist = re.search(r"^│ mnist +│ features, label, numeric +│ (.*?) +│$", out, re.M)
     assert mnist and mnist.group(1).split(", ") == ["dpsgd", "dpsgd_f", "dpsgd_naive", "sgd"]
     assert re.search(r"^│ kdd +│", out, re.M) and "xu2021_table8_1" in out
+    assert re.search(r"^│ dpsgd_es +│ heuristic +│ always heuristic", out, re.M)  # the guarantees table
+    assert re.search(r"^│ pflr +│ eps-DP +│ - +│", out, re.M) and not re.search(r"^│ lr +│ none", out, re.M)
 
 
 @needs_data("german_credit")

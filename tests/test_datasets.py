@@ -224,7 +224,7 @@ def test_unverified_parse_never_serves_a_verified_run(tmp_path, cache, monkeypat
     assert changed.X[0, 0] == pytest.approx((7 - 4) / (72 - 4))  # duration of row 1, scaled by its bounds
     with pytest.raises(DataError, match=r"sha256 differs.*set data\.verify=false"):
         data_lib.load(card("german"))
-    assert len(list((cache / "parsed").glob("german-*.pkl"))) == 2
+    assert len(list((cache / "parsed").glob("german-*.npz"))) == 2
 
 
 @needs_data("adult")
