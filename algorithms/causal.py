@@ -61,6 +61,7 @@ Deviations from the thesis, all chosen by the spec (privpc.md §0, §8):
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -72,7 +73,6 @@ from typing import ClassVar, Literal
 import numpy as np
 from scipy.special import comb as ncomb
 
-from privfair_cli import plots
 from privfair_cli.errors import ConfigError, DataError
 from privfair_cli.privacy.mechanisms import exponential, laplace
 from privfair_cli.registry import Plugin, option, register
@@ -420,9 +420,12 @@ class PCFamily(Plugin):
         truth = self.true_dag if self.true_dag is not None else getattr(self, "reference_adjacency", None)
         if self.true_dag is not None:
             (run_dir / "true_dag_edges.csv").write_text(edge_list(np.asarray(self.true_dag).astype(int), self.names))
-        if len(self.names) <= self.cfg.draw_max_nodes:
-            plots.graph(self.cpdag, self.names, run_dir / "graph.png", truth,
-                        f"{self.name}: {int(np.triu(self.adjacency, 1).sum())} edges")
+        if len(self.names) <= self.cfg.draw_max_nodes:  # drawn into graph.png by the plotting layer (plots.py)
+            figure = {"nodes": list(map(str, self.names)), "cpdag": np.asarray(self.cpdag).astype(int).tolist(),
+                      "truth": None if truth is None else (np.asarray(truth) != 0).astype(int).tolist(),
+                      "truth_kind": "generating DAG" if self.true_dag is not None else "reference skeleton",
+                      "edges": int(np.triu(self.adjacency, 1).sum())}
+            (run_dir / "graph.json").write_text(json.dumps(figure))
 
 
 @register

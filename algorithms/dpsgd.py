@@ -92,8 +92,7 @@ from typing import ClassVar, Literal
 import numpy as np
 import torch
 
-from privfair_cli import evaluate as evaluators
-from privfair_cli import metrics, plots
+from privfair_cli import metrics
 from privfair_cli.algorithms import dpsgd_trainer
 from privfair_cli.algorithms.dpsgd_accounting import SIGMA_MIN, NoisePlan, Sampling, charge, epsilon_after, plan_noise
 from privfair_cli.algorithms.dpsgd_trainer import (
@@ -453,7 +452,7 @@ class XuSGD(Plugin):
     def evaluate(self, train, test, rng) -> dict[str, float]:
         """The classifier evaluation (binary labels) plus what it cannot give: accuracy of each of the K groups,
         the cost of privacy per group vs the sgd reference (Definition 17), and the per-epoch test history."""
-        out = evaluators.classifier(self, train, test, rng) if self.binary else {}
+        out = metrics.classification(test.y, self.predict(test.X), test.s) if self.binary else {}
         k = self.groups.of_rows(test)
         out |= group_accuracy(test.y, self.predict(test.X), k, self.groups)
         if self.reference is not None:
@@ -497,7 +496,6 @@ class XuSGD(Plugin):
         Path(run_dir).mkdir(parents=True, exist_ok=True)   # the in-process sweep creates it only when writing
         df.to_csv(Path(run_dir) / "curves.csv", index=False, float_format="%.6g")
         self.history.frame().to_csv(Path(run_dir) / "history.csv", index=False, float_format="%.6g")
-        plots.curves(df, Path(run_dir) / "curves.png", title=f"{self.name}")
 
 
 def _plugin(class_name: str, algorithm: str, **attrs) -> type[XuSGD]:

@@ -43,17 +43,17 @@ def health(seed: int = 0) -> None:
     from privfair_cli import datasets, registry, runner, schema
     from privfair_cli.algorithms import fair_ssl
     from privfair_cli.config import load_card
+    from privfair_cli.privacy import Budget
 
     if not _have("health_fair_ssl"):
         return
     card = schema.validate_card(load_card("health_fair_ssl"))
-    rng = runner.streams(seed)
-    table = runner.load_data(card, rng, log=lambda *_: None)
-    train, test = datasets.split(table, card.test_size, rng["split"], card.unlabelled_size)
+    prepared = runner.prepare(card, seed, log=lambda *_: None)
+    train, test = prepared.train, prepared.test
     seen = datasets.hide_labels(train)
     plugin = registry.make("fair_ssl_lr", c=0.1, constraint_scope="mixed")
     t0 = time.perf_counter()
-    plugin.fit(seen, None, None, np.random.default_rng(seed))
+    runner.fit_plugin(plugin, train, Budget(1.0), np.random.default_rng(seed))
     fit_s = time.perf_counter() - t0
     out = plugin.evaluate(train, test, None)
     lab = seen.y >= 0
@@ -115,9 +115,7 @@ def wstep(seed: int = 0, repeats: int = 5) -> None:
     import cvxpy  # noqa: F401  (imported before timing)
 
     card = schema.validate_card(load_card("titanic_fair_ssl"))
-    rng = runner.streams(seed)
-    table = runner.load_data(card, rng, log=lambda *_: None)
-    train, _ = datasets.split(table, card.test_size, rng["split"], card.unlabelled_size)
+    train = runner.prepare(card, seed, log=lambda *_: None).train
     seen = datasets.hide_labels(train)
     lab = seen.y >= 0
     graph = {"sigma": 0.1, "sigma_mode": "fixed", "ridge": 1e-8, "max_gb": 6.0}

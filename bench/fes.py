@@ -79,20 +79,18 @@ def grid_task(task: tuple[str, int]) -> list[dict]:
     """One run (seed) of one dataset: both models x the ten rho values, K = 200."""
     from privfair_cli import registry, runner, schema
     from privfair_cli.config import load_card
-    from privfair_cli.privacy import Budget, PrivacyLedger
+    from privfair_cli.privacy import Budget
 
     name, seed = task
     card = schema.validate_card(load_card(name))
-    rng = runner.streams(seed)
-    table = runner.load_data(card, rng, log=lambda *_: None)
-    train, test = data_lib.split(table, card.test_size, rng["split"], card.unlabelled_size)
-    seen = data_lib.hide_labels(train)
+    prepared = runner.prepare(card, seed, log=lambda *_: None)
+    train, test = prepared.train, prepared.test
     out = []
     for model in ("lr", "svm"):
         for rho in RHOS:
             t0 = time.perf_counter()
             plugin = registry.make("fes", None, model=model, rho=rho)
-            plugin.fit(seen, Budget(1.0, 0.0), PrivacyLedger(Budget(1.0, 0.0)), runner.streams(seed)["noise"])
+            runner.fit_plugin(plugin, train, Budget(1.0, 0.0), runner.streams(seed)["noise"])
             pred = plugin.predict(test.X)
             out.append({"data": name, "seed": seed, "model": model, "rho": rho, "seconds": time.perf_counter() - t0,
                         "accuracy": float((pred == test.y).mean())})

@@ -501,7 +501,7 @@ def setup(overrides: list[str], rows: int, seed: int) -> Setup:
     if rc.secure:
         raise ConfigError("privacy.secure=true: an audit needs seeded, independent trials; run it without")
     rng = runner.streams(seed)
-    table = runner.load_data(rc.data, rng, log=lambda *_: None)
+    table = runner.load_data(rc.data, rng, log=lambda *_: None)  # D whole: the audit draws its own rows
     if "graph" in table.meta:
         table = subgraph(table, rows, rng["split"])
     elif len(table) > rows:
@@ -553,16 +553,15 @@ def setup_for_table(algo: str, table, eps: float, delta: float | None = None, **
 
 def fit(s: Setup, table, seed: tuple[int, ...], noise=None):
     """The plugin's own fit through a fresh ledger, with noise from a NoiseSource seeded by `seed` (or `noise`)."""
-    from privfair_cli.privacy import Budget, NoiseSource, PrivacyLedger
+    from privfair_cli import runner
+    from privfair_cli.privacy import Budget, NoiseSource
 
     rc, cls = s.rc, s.cls
-    plugin = cls(rc.params, rc.mechanism) if cls.Config is not None else cls(**rc.params, mechanism=rc.mechanism)
-    budget = Budget(rc.eps, rc.delta)
-    ledger = PrivacyLedger(budget, accountant=rc.accountant, rdp_conversion=rc.rdp_conversion)
+    plugin = runner.build(cls, rc.params, rc.mechanism)
     if noise is None:
         noise = NoiseSource(np.random.PCG64(np.random.SeedSequence(list(seed))))
-    plugin.fit(table, budget, ledger, noise, "cpu")
-    ledger.check()
+    ledger = runner.fit_plugin(plugin, table, Budget(rc.eps, rc.delta), noise, "cpu", rc.accountant,
+                               rc.rdp_conversion)
     return plugin, ledger
 
 

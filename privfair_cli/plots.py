@@ -343,9 +343,32 @@ def curves(df: pd.DataFrame, path: Path, title: str = "") -> None:
         axes[0, 0].legend(fontsize=7)
 
 
-def graph(A: np.ndarray, names, path: Path, true=None, title: str = "") -> None:
+FIGURE_ARTIFACTS = ("curves.csv", "graph.json")  # what `artifact_figures` draws from
+
+
+def artifact_figures(folder: Path, context: str) -> list[Path]:
+    """The figures of one run, drawn from the artifacts its plugin saved (algorithms draw nothing): `curves.png`
+    from DP-SGD's `curves.csv`, `graph.png` from the PC family's `graph.json`. `context` says what ran (algorithm,
+    data, eps, seed) and goes into every title."""
+    import json
+
+    folder, drawn = Path(folder), []
+    if (folder / "curves.csv").is_file():
+        curves(pd.read_csv(folder / "curves.csv", dtype={"group": str}), folder / "curves.png",
+               title=f"per-group training diagnostics (non-private): {context}")
+        drawn.append(folder / "curves.png")
+    if (folder / "graph.json").is_file():
+        g = json.loads((folder / "graph.json").read_text())
+        truth = None if g["truth"] is None else np.asarray(g["truth"])
+        graph(np.asarray(g["cpdag"]), g["nodes"], folder / "graph.png", truth,
+              f"{context}: {g['edges']} edges", truth_kind=g.get("truth_kind", "reference"))
+        drawn.append(folder / "graph.png")
+    return drawn
+
+
+def graph(A: np.ndarray, names, path: Path, true=None, title: str = "", truth_kind: str = "reference") -> None:
     """A CPDAG on a circle: arrows for directed edges, lines for undirected ones; against a reference skeleton,
-    false edges are red and missed true edges dashed grey."""
+    false edges are red and missed true edges dashed grey (a legend says so, naming the reference)."""
     p = len(A)
     ang = 2 * np.pi * np.arange(p) / p
     xy = np.column_stack([np.cos(ang), np.sin(ang)])
@@ -365,6 +388,13 @@ def graph(A: np.ndarray, names, path: Path, true=None, title: str = "") -> None:
         for (u, v), label in zip(xy, names, strict=True):
             ax.text(u, v, label, ha="center", va="center", fontsize=8,
                     bbox={"boxstyle": "circle", "fc": "white", "ec": "black"})
+        if T is not None:
+            from matplotlib.lines import Line2D
+
+            keys = [("black", "-", f"edge in the {truth_kind}"), ("red", "-", f"edge not in the {truth_kind}"),
+                    ("grey", "--", f"{truth_kind} edge missed")]
+            ax.legend([Line2D([], [], color=c, ls=ls) for c, ls, _ in keys], [k for *_, k in keys], fontsize=7,
+                      loc="upper center", bbox_to_anchor=(0.5, -0.02), ncol=3, frameon=False)
         ax.set_xlim(-1.25, 1.25)
         ax.set_ylim(-1.25, 1.25)
         ax.set_aspect("equal")

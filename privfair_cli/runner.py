@@ -7,6 +7,7 @@ import math
 import platform
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -144,34 +145,65 @@ def run(cfg: DictConfig, run_dir: Path, log=print, overrides: list[str] | None =
         raise
 
 
+@dataclass
+class Prepared:
+    """A card loaded and split as a run does it: the RNG streams of the seed, the table, train and test parts."""
+
+    rng: dict[str, np.random.Generator]
+    table: data_lib.Table
+    train: data_lib.Table
+    test: data_lib.Table
+
+
+def prepare(card: schema.DataCard, seed: int, log=print) -> Prepared:
+    """Load the card's data with the seed's streams and split it (graph cards per task, datasets/graphs.py): the
+    one way the runner, the auditor, the tests and the benchmarks get a run's data."""
+    rng = streams(seed)
+    table = load_data(card, rng, log)
+    if "graph" in table.meta:
+        from privfair_cli.datasets import graphs
+
+        train, test = graphs.split(table, card.raw, rng["split"])
+    else:
+        train, test = data_lib.split(table, card.test_size, rng["split"], card.unlabelled_size)
+    return Prepared(rng, table, train, test)
+
+
+def build(cls: type[registry.Plugin], params, mechanism: dict | None = None) -> registry.Plugin:
+    """The plugin of a validated config: `params` is its typed Config (or the params dict of an untyped one)."""
+    return cls(params, mechanism or {}) if cls.Config is not None else cls(**params, mechanism=mechanism or {})
+
+
+def fit_plugin(plugin: registry.Plugin, data, budget: Budget, noise, device: str = "cpu", accountant: str = "basic",
+               rdp_conversion: str = "classic") -> PrivacyLedger:
+    """Fit `plugin` on `data` through a fresh ledger of `budget` under `accountant`, and check the spend: the one
+    path from a built plugin to its ledger (the runner, the auditor, the tests and the benchmarks)."""
+    ledger = PrivacyLedger(budget, accountant=accountant, rdp_conversion=rdp_conversion)
+    fit_data = data_lib.hide_labels(data) if "row_labelled" in data.meta else data
+    plugin.fit(fit_data, budget, ledger, noise, device)
+    ledger.check()
+    return ledger
+
+
 def compute(rc: schema.RunConfig, artifacts: Path, log=print) -> dict:
     """Load, split, fit through the ledger, evaluate; the plugin writes its artifacts into `artifacts`."""
     timings = {}
     t0 = time.perf_counter()
-    rng = streams(rc.seed)
-    table = load_data(rc.data, rng, log)
-    if "graph" in table.meta:  # graph cards split per task (datasets/graphs.py)
-        from privfair_cli.datasets import graphs
-
-        train, test = graphs.split(table, rc.data.raw, rng["split"])
-    else:
-        train, test = data_lib.split(table, rc.data.test_size, rng["split"], rc.data.unlabelled_size)
+    prepared = prepare(rc.data, rc.seed, log)
+    rng, table, train, test = prepared.rng, prepared.table, prepared.train, prepared.test
     timings["load"] = time.perf_counter() - t0
 
     cls = registry.get(rc.algo)
     data_lib.check_labels(train, cls.kind)
     data_warnings = data_lib.split_warnings(train, test, cls.kind)  # why the numbers may mean nothing
     device = resolve_device(rc.device, cls.cuda)
-    plugin = cls(rc.params, rc.mechanism) if cls.Config is not None else cls(**rc.params, mechanism=rc.mechanism)
+    plugin = build(cls, rc.params, rc.mechanism)
     budget = Budget(rc.eps, rc.delta)
-    ledger = PrivacyLedger(budget, accountant=rc.accountant, rdp_conversion=rc.rdp_conversion)
     noise = NoiseSource.for_run(rng["noise"], rc.secure)
     t1 = time.perf_counter()
-    fit_data = data_lib.hide_labels(train) if "row_labelled" in train.meta else train
     if cls.seed_batching and not rc.secure and rc.seed in seedbatch.GROUP:  # the sweep runs its seeds together
         plugin.peer_noise = {k: NoiseSource.for_run(streams(k)["noise"], False) for k in seedbatch.GROUP}
-    plugin.fit(fit_data, budget, ledger, noise, device)
-    ledger.check()
+    ledger = fit_plugin(plugin, train, budget, noise, device, rc.accountant, rc.rdp_conversion)
     timings["fit"] = time.perf_counter() - t1
     if cls.kind in ("classifier", "semi_supervised") and (why := nonfinite_model(plugin, test.X)):
         raise TrainingFailed(f"algo={rc.algo}: the trained model {why}: training diverged (e.g. a step size or "
@@ -190,6 +222,10 @@ def compute(rc: schema.RunConfig, artifacts: Path, log=print) -> dict:
     timings["evaluate"] = time.perf_counter() - t2
     with results.writing(artifacts):
         plugin.artifacts(artifacts)
+        from privfair_cli import plots  # the plotting layer draws the run's figures from what the plugin saved
+
+        if any((artifacts / name).is_file() for name in plots.FIGURE_ARTIFACTS):
+            plots.artifact_figures(artifacts, f"{rc.algo} on {rc.data.name}, eps={rc.eps:g}, seed {rc.seed}")
         if cls.kind == "classifier" and rc.save_predictions:
             evaluate.save_predictions(evaluate.predictions(plugin, test), artifacts)
     timings["total"] = time.perf_counter() - t0

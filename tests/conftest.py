@@ -62,25 +62,20 @@ def card(name: str, **overrides) -> dict:
 
 def table(name: str, seed: int = 0, **overrides):
     """A dataset loaded as a run loads it (card overrides such as n=500 apply), and its train / test split."""
-    from privfair_cli import datasets, runner, schema
+    from privfair_cli import runner, schema
 
-    rc_card = schema.validate_card(card(name, **overrides))
-    rng = runner.streams(seed)
-    data = runner.load_data(rc_card, rng, log=lambda *_: None)
-    return datasets.split(data, rc_card.test_size, rng["split"], rc_card.unlabelled_size)
+    prepared = runner.prepare(schema.validate_card(card(name, **overrides)), seed, log=lambda *_: None)
+    return prepared.train, prepared.test
 
 
 def fit(algo: str, data, eps: float = 1.0, delta: float = 0.0, seed: int = 0, mechanism=None, **params):
     """Build `algo` from its YAML defaults with `params`, fit it on `data` through a fresh ledger; (plugin, ledger)."""
     import numpy as np
 
-    from privfair_cli import registry
-    from privfair_cli.privacy import Budget, PrivacyLedger
+    from privfair_cli import registry, runner
+    from privfair_cli.privacy import Budget
 
     plugin = registry.make(algo, mechanism, **params)
     budget = Budget(eps, delta or type(plugin).default_delta)
-    ledger = PrivacyLedger(budget, getattr(plugin, "cfg", None) and getattr(plugin.cfg, "accountant", None)
-                           or type(plugin).accountant)
-    plugin.fit(data, budget, ledger, np.random.default_rng(seed))
-    ledger.check()
-    return plugin, ledger
+    accountant = getattr(plugin, "cfg", None) and getattr(plugin.cfg, "accountant", None) or type(plugin).accountant
+    return plugin, runner.fit_plugin(plugin, data, budget, np.random.default_rng(seed), accountant=accountant)
