@@ -439,9 +439,11 @@ class PC(PCFamily):
 
     @classmethod
     def requirements(cls, cfg=None):
-        """G^2 / chi^2 read the discrete view; Fisher z (and `auto`) either view (`numeric_view`)."""
+        """G^2 / chi^2 read the discrete view; Fisher z (and `auto`) either view (`numeric_view`), a numeric-only
+        card only with a reference graph (a synthetic DAG): a table of pixels or embeddings has no causal graph
+        to learn."""
         discrete = option(cfg, "ci_test", "auto") in ("g2", "chi2")
-        return ("discrete" if discrete else "discrete|numeric", "graph_reference")
+        return ("discrete" if discrete else "discrete|graph_reference",)
 
     def ci_test(self, data, budget, ledger, rng):
         test = self.cfg.ci_test
@@ -528,7 +530,7 @@ class LapMech(LaplaceRelease):
 
     name = "lapmech"
     guarantee_note = 'algo.noise_cells=occupied: heuristic (noise on the non-empty cells only)'
-    needs = ("discrete", "graph_reference")
+    needs = ("discrete",)
     Config = LapMechConfig
 
     def claims(self) -> str:
@@ -580,7 +582,7 @@ class PrivPC(PCFamily):
 
     name = "privpc"
     guarantee_note = 'always heuristic: the sensitivity of the score used is not proven (spec §3.4)'
-    needs = ("discrete", "graph_reference")
+    needs = ("discrete",)
     mechanisms = ("exponential",)
     guarantee = "heuristic"
     Config = PrivPCConfig

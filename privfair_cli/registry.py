@@ -33,10 +33,11 @@ VIEWS = {
     "discrete": ("a discrete view (integer codes over a declared domain)",
                  "`discrete`, or `features` to derive it from"),
     "roles": ("fairness roles", "`roles`: protected, admissible, outcome"),
-    "graph_reference": ("a reference graph",
+    "graph_reference": ("a reference graph (for recovery metrics; a graph learner runs without one)",
                         "`graph_reference: pc` (non-private PC on the same rows), or a loader that draws the DAG"),
     "network": ("a network (vertices, edges)", "`loader: graphs` with `edges` and `labels` files"),
-    "unlabelled_pool": ("an unlabelled pool", "`unlabelled_size`: the fraction of rows whose labels are hidden"),
+    "unlabelled_pool": ("an unlabelled pool", "`unlabelled_size`: the fraction of rows whose labels are hidden; "
+                        "auto (every labelled card) hides half for a semi-supervised algorithm"),
     "enumerable": (f"a discrete view of at most {ENUMERABLE_CELLS:,} cells (FairMaxEnt, RON-Gauss)",
                    "`discrete`: `levels` or `bins` for every attribute, their product at most that"),
     "causal_graph": ("a causal graph over binary nodes", "`loader: causal_tables` with a `causal_graph:` block"),
@@ -44,7 +45,7 @@ VIEWS = {
 }
 # A plugin that declares no `needs` gets its kind's.
 KIND_NEEDS = {"classifier": ("label", "features"), "generator": ("discrete",),
-              "graph": ("discrete|numeric", "graph_reference"), "embedding": ("network",),
+              "graph": ("discrete|graph_reference",), "embedding": ("network",),
               "semi_supervised": ("label", "features", "sensitive", "unlabelled_pool"),
               "attack": ("label", "features", "sensitive")}
 

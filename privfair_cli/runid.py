@@ -28,8 +28,9 @@ from omegaconf import DictConfig, OmegaConf
 VOLATILE = ("overwrite", "device", "reproduce")
 # key path -> its neutral value (the computation before the key existed); only for keys whose plugins all lacked
 # them before, since a plugin that always had the key would see its runs at that value renamed
-ADDED: dict[tuple[str, ...], float] = {
+ADDED: dict[tuple[str, ...], float | str] = {
     ("algo", "momentum"): 0.0,  # DP-SGD family: plain SGD step
+    ("data", "unlabelled_size"): "auto",  # every card: a card without the key had no pool (auto derives it)
 }
 EXACT_INT = 2 ** 53  # integers below this are compared as floats without loss
 

@@ -21,7 +21,7 @@ Privacy keys (issue 11 items 4-5, issue 12 item 1):
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
@@ -33,6 +33,10 @@ from privfair_cli.privacy.ledger import ACCOUNTANTS, RDP_CONVERSIONS
 from privfair_cli.typed import typed
 
 DEVICES = ("auto", "cpu", "cuda")
+AUTO = "auto"
+# data.unlabelled_size: auto hides this share of the labels for a semi-supervised algorithm on any labelled card
+# (the thesis' recipe on Adult, Bank and Health, fair_sampling.md §6: half the rows unlabelled), none otherwise
+DEFAULT_UNLABELLED = 0.5
 DEFAULT_DELTA = 1e-5  # delta of a run whose guarantee needs one and that sets none (issue 12 item 1)
 BUDGET_KEYS = ("accountant", "rdp_conversion")
 PRIVACY_KEYS = ("secure",)
@@ -119,9 +123,12 @@ def validate_card(card: dict) -> DataCard:
     _check_features(card)
     _check_discrete(card)
     _check_roles(card)
-    unlabelled = card.get("unlabelled_size", 0.0)
-    if isinstance(unlabelled, bool) or not isinstance(unlabelled, int | float) or not 0 <= unlabelled < 1:
-        raise ConfigError(f"data.unlabelled_size={unlabelled!r} must be in [0, 1)")
+    unlabelled = card.get("unlabelled_size", AUTO)
+    auto = unlabelled == AUTO
+    if not auto and (isinstance(unlabelled, bool) or not isinstance(unlabelled, int | float) or
+                     not 0 <= unlabelled < 1):
+        raise ConfigError(f"data.unlabelled_size={unlabelled!r} must be in [0, 1) or auto")
+    unlabelled = 0.0 if auto else unlabelled  # auto: set per algorithm by `validate` (unlabelled_pool view)
     return DataCard(name, loader, card.get("label"), card.get("sensitive"), n, test_size,
                     card.get("expected_d"), bool(card.get("allow_d_mismatch", False)), card, float(unlabelled))
 
@@ -286,8 +293,10 @@ def card_views(card: dict) -> set[str]:
         views.add("roles")
     if card.get("graph_reference"):
         views.add("graph_reference")
-    if (card.get("unlabelled_size") or 0) > 0:
-        views.add("unlabelled_pool")
+    unlabelled = card.get("unlabelled_size", AUTO)
+    if (unlabelled == AUTO and "binary_label" in views and "features" in views) or (
+            unlabelled != AUTO and (unlabelled or 0) > 0):
+        views.add("unlabelled_pool")  # auto: a semi-supervised run hides DEFAULT_UNLABELLED of the labels
     return views
 
 
@@ -334,6 +343,8 @@ def validate(cfg: DictConfig) -> RunConfig:
         raise ConfigError("data is not set: choose one with data=<name> (see `privfair list`)")
     card = validate_card(OmegaConf.to_container(cfg.data, resolve=True))
     check_compatible(name, plugin, params, card.raw)  # before the algorithm's own checks: the pair comes first
+    if plugin.kind == "semi_supervised" and card.raw.get("unlabelled_size", AUTO) == AUTO:
+        card = replace(card, unlabelled_size=DEFAULT_UNLABELLED)  # the derived unlabelled-pool view
     if card.unlabelled_size > 0 and plugin.kind != "semi_supervised":
         raise ConfigError(f"algo={name} (kind {plugin.kind}) cannot run on data={card.name}: its "
                           f"data.unlabelled_size={card.unlabelled_size:g} hides labels, which only semi-supervised "
