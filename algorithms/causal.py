@@ -530,7 +530,8 @@ class LapMech(LaplaceRelease):
 
     name = "lapmech"
     guarantee_note = 'algo.noise_cells=occupied: heuristic (noise on the non-empty cells only)'
-    needs = ("discrete",)
+    # the full table must be small enough to hold: an enumerable card, or one of the thesis' referenced tables
+    needs = ("discrete", "enumerable|graph_reference")
     Config = LapMechConfig
 
     def claims(self) -> str:
