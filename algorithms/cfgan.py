@@ -77,7 +77,7 @@ from privfair_cli import seedbatch
 from privfair_cli.algorithms import causal_effects as ce
 from privfair_cli.algorithms import gan
 from privfair_cli.errors import ConfigError, DataError
-from privfair_cli.registry import Plugin, register
+from privfair_cli.registry import Plugin, register, variants
 from privfair_cli.threads import torch_threads
 from privfair_cli.typed import bounds
 
@@ -422,39 +422,14 @@ class CFGANGenerator(_CausalGenerator):
         return {} if self.cfg.criterion == "none" else {"g2_effect": self.effect}
 
 
-@register
-class CFGANTE(CFGANGenerator):
-    """`cfgan_te`: CFGAN with no total effect (D2 on y_{s+} vs y_{s-})."""
-
-    name = "cfgan_te"
-
-
-@register
-class CFGANSE(CFGANGenerator):
-    """`cfgan_se`: CFGAN with no indirect discrimination (path set through the card's `unjustified` nodes)."""
-
-    name = "cfgan_se"
-
-
-@register
-class CFGANDE(CFGANGenerator):
-    """`cfgan_de`: CFGAN with no direct discrimination (pi = {S -> Y}; defined, not evaluated in the seed)."""
-
-    name = "cfgan_de"
-
-
-@register
-class CFGANCE(CFGANGenerator):
-    """`cfgan_ce`: CFGAN with counterfactual fairness for every value of the card's `context` nodes."""
-
-    name = "cfgan_ce"
-
-
-@register
-class CausalGAN(CFGANGenerator):
-    """`causalgan`: the causal-graph-structured GAN without fairness (CFGAN with lambda = 0)."""
-
-    name = "causalgan"
+variants(CFGANGenerator, __name__,
+         cfgan_te="`cfgan_te`: CFGAN with no total effect (D2 on y_{s+} vs y_{s-}).",
+         cfgan_se=("`cfgan_se`: CFGAN with no indirect discrimination (path set through the card's `unjustified` "
+                   "nodes)."),
+         cfgan_de=("`cfgan_de`: CFGAN with no direct discrimination (pi = {S -> Y}; defined, not evaluated in the "
+                   "seed)."),
+         cfgan_ce="`cfgan_ce`: CFGAN with counterfactual fairness for every value of the card's `context` nodes.",
+         causalgan="`causalgan`: the causal-graph-structured GAN without fairness (CFGAN with lambda = 0).")
 
 
 # ---------------------------------------------------------------------------------------------- real data

@@ -49,15 +49,11 @@ from privfair_cli.threads import torch_threads
 
 
 @dataclass(frozen=True)
-class Settings:
-    noise_dim: int = 64
-    hidden: int = 128
+class Settings(gan.GanSettings):
     layers: int = 2
-    batch: int = 64
     sigma: float = 2.0
     clip: float = 1.0
     weight_clip: float = 0.1
-    lr: float = 1e-4
     critic_steps: int = 5
     epochs: int = 500
     max_steps: int | None = None

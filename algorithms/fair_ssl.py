@@ -405,6 +405,30 @@ class _WStep:
     def _result(self, beta: np.ndarray, status: str, ok: bool, it: int = 1) -> Solve:
         return Solve(self.V @ beta, status, ok, it)
 
+    def _ccp(self, beta, terms, problem, loss, slacks, tau, linearise) -> Solve:
+        """The convex-concave procedure both w-steps run: linearise the concave part at w_k (`linearise(beta)` sets
+        the problem's Parameters), solve with the slacks penalised by tau, grow tau by mu up to tau_max, stop once
+        the slacks vanish and the objective settles; the result is checked against the constraints."""
+        tau_k, prev, status, it = self.cfg.tau, np.inf, "optimal", 0
+        for it in range(1, self.cfg.ccp_max_iter + 1):
+            linearise(beta)
+            tau.value = tau_k
+            status = self._run(problem)
+            if status != "optimal" or self.w.value is None:
+                return self._result(beta, status, False, it)
+            beta = np.asarray(self.w.value, float)
+            slack = max((float(s.value) for s in slacks), default=0.0)
+            obj = float(loss.value)
+            if slack <= 1e-7 and abs(prev - obj) <= self.cfg.ccp_tol * max(1.0, abs(obj)):
+                break
+            prev = obj
+            tau_k = min(self.cfg.mu * tau_k, self.cfg.tau_max)
+        gap = self._worst(beta, terms)
+        if gap > self.cfg.feas_tol:
+            return self._result(beta, f"ccp_infeasible (|Cov| exceeds c by {gap:.2g} after {it} iterations)", False,
+                                it)
+        return self._result(beta, "optimal", True, it)
+
     @staticmethod
     def _worst(beta: np.ndarray, terms: list[tuple]) -> float:
         """The largest |Cov| - c over the constraint sets at w = V beta (<= 0: feasible)."""
@@ -562,29 +586,15 @@ class LargeWStep(_WStep):
             lins.append((Xs, ys, a, lin_pos, lin_neg))
         tau = cp.Parameter(nonneg=True)
         problem = cp.Problem(cp.Minimize(loss + tau * cp.sum(cp.hstack(slacks))), cons)
-        tau_k, prev, status, it = self.cfg.tau, np.inf, "optimal", 0
-        for it in range(1, self.cfg.ccp_max_iter + 1):
+
+        def linearise(beta):
             for Xs, ys, a, lin_pos, lin_neg in lins:
                 active = (ys * (Xs @ beta)) < 0  # where min(0, yt x.w) is the linear branch at w_k
                 # Cov = sum_{a>0} a g (concave) + sum_{a<0} |a| (-g) (convex): linearise the concave part at w_k
                 lin_pos.value = Xs.T @ (a * active * (a > 0) * ys)
                 lin_neg.value = Xs.T @ (-a * active * (a < 0) * ys)
-            tau.value = tau_k
-            status = self._run(problem)
-            if status != "optimal" or self.w.value is None:
-                return self._result(beta, status, False, it)
-            beta = np.asarray(self.w.value, float)
-            slack = max((float(s.value) for s in slacks), default=0.0)
-            obj = float(loss.value)
-            if slack <= 1e-7 and abs(prev - obj) <= self.cfg.ccp_tol * max(1.0, abs(obj)):
-                break
-            prev = obj
-            tau_k = min(self.cfg.mu * tau_k, self.cfg.tau_max)
-        gap = self._worst(beta, terms)
-        if gap > self.cfg.feas_tol:
-            return self._result(beta, f"ccp_infeasible (|Cov| exceeds c by {gap:.2g} after {it} iterations)", False,
-                                it)
-        return self._result(beta, "optimal", True, it)
+
+        return self._ccp(beta, terms, problem, loss, slacks, tau, linearise)
 
 
 class ParametricWStep(_WStep):
@@ -668,8 +678,8 @@ class ParametricWStep(_WStep):
                 zk = zs[keep]
                 a[keep] = (zk - zk.mean()) / keep.sum()
             full.append((Xs, yt, a))
-        tau, prev, status, it = self.cfg.tau, np.inf, "optimal", 0
-        for it in range(1, self.cfg.ccp_max_iter + 1):
+
+        def linearise(beta):
             for (Xs, yt, a), (sgn, lin_pos, lin_neg, cvx_pos, cvx_neg) in zip(full, self.params, strict=True):
                 active = (yt * (Xs @ beta)) < 0  # where min(0, yt x.w) is the linear branch at w_k
                 pos, neg = a > 0, a < 0
@@ -679,22 +689,8 @@ class ParametricWStep(_WStep):
                 lin_neg.value = -a * active * neg * yt
                 cvx_pos.value = a * pos
                 cvx_neg.value = -a * neg
-            self.tau.value = tau
-            status = self._run(self.problem)
-            if status != "optimal" or self.w.value is None:
-                return self._result(beta, status, False, it)
-            beta = np.asarray(self.w.value, float)
-            slack = max((float(s.value) for s in self.slacks), default=0.0)
-            obj = float(self.loss.value)
-            if slack <= 1e-7 and abs(prev - obj) <= self.cfg.ccp_tol * max(1.0, abs(obj)):
-                break
-            prev = obj
-            tau = min(self.cfg.mu * tau, self.cfg.tau_max)
-        gap = self._worst(beta, terms)
-        if gap > self.cfg.feas_tol:
-            return self._result(beta, f"ccp_infeasible (|Cov| exceeds c by {gap:.2g} after {it} iterations)", False,
-                                it)
-        return self._result(beta, "optimal", True, it)
+
+        return self._ccp(beta, terms, self.problem, self.loss, self.slacks, self.tau, linearise)
 
 
 PARAMETRIC_ROWS = 3000  # rows up to which the w-step takes per-row Parameters (ParametricWStep)

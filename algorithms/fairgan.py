@@ -76,7 +76,7 @@ import torch.nn.functional as F
 from privfair_cli import metrics, seedbatch
 from privfair_cli.algorithms import gan
 from privfair_cli.errors import DataError
-from privfair_cli.registry import Plugin, register
+from privfair_cli.registry import Plugin, register, variants
 from privfair_cli.threads import torch_threads
 from privfair_cli.typed import bounds
 
@@ -510,39 +510,15 @@ class FairGANGenerator(Plugin):
             (run_dir / "eta.json").write_text(json.dumps(eta) + "\n")
 
 
-@register
-class FairGAN(FairGANGenerator):
-    """`fairgan`: FairGAN (§2), G(z | s) generates (x, y); D2 removes s from (x, y)."""
-
-    name = "fairgan"
-
-
-@register
-class FairGANPlusDP(FairGANGenerator):
-    """`fairgan_plus_dp`: FairGAN+ with the demographic-parity (not differential privacy) classifier constraint."""
-
-    name = "fairgan_plus_dp"
-
-
-@register
-class FairGANPlusEO(FairGANGenerator):
-    """`fairgan_plus_eo`: FairGAN+ with the equality-of-odds classifier constraint."""
-
-    name = "fairgan_plus_eo"
-
-
-@register
-class FairGANPlusEOp(FairGANGenerator):
-    """`fairgan_plus_eop`: FairGAN+ with the equality-of-opportunity constraint (not evaluated in the seed)."""
-
-    name = "fairgan_plus_eop"
-
-
-@register
-class ACGAN(FairGANGenerator):
-    """`acgan`: the FairGAN+ machinery with lambda = mu = 0 (conditional generator + co-trained LR, no fairness)."""
-
-    name = "acgan"
+variants(FairGANGenerator, __name__,
+         fairgan="`fairgan`: FairGAN (§2), G(z | s) generates (x, y); D2 removes s from (x, y).",
+         fairgan_plus_dp=("`fairgan_plus_dp`: FairGAN+ with the demographic-parity (not differential privacy) "
+                          "classifier constraint."),
+         fairgan_plus_eo="`fairgan_plus_eo`: FairGAN+ with the equality-of-odds classifier constraint.",
+         fairgan_plus_eop=("`fairgan_plus_eop`: FairGAN+ with the equality-of-opportunity constraint (not evaluated in"
+                           " the seed)."),
+         acgan=("`acgan`: the FairGAN+ machinery with lambda = mu = 0 (conditional generator + co-trained LR, no "
+                "fairness)."))
 
 
 # ---------------------------------------------------------------------------------------------- classifiers

@@ -230,16 +230,17 @@ class FFPDG(Plugin):
 
     def _generate(self, Z, budget, ledger, rng):
         cfg = self.cfg
+        gan = {"noise_dim": cfg.gan_noise_dim, "hidden": cfg.gan_hidden, "batch": cfg.gan_batch, "lr": cfg.gan_lr}
         if cfg.generator == "dpwgan":
-            s = dpwgan.Settings(cfg.gan_noise_dim, cfg.gan_hidden, cfg.dpwgan_layers, cfg.gan_batch, cfg.dpwgan_sigma,
-                                cfg.dpwgan_clip, cfg.dpwgan_weight_clip, cfg.gan_lr, cfg.dpwgan_critic_steps,
-                                cfg.dpwgan_epochs, cfg.dpwgan_max_steps)
+            s = dpwgan.Settings(**gan, layers=cfg.dpwgan_layers, sigma=cfg.dpwgan_sigma, clip=cfg.dpwgan_clip,
+                                weight_clip=cfg.dpwgan_weight_clip, critic_steps=cfg.dpwgan_critic_steps,
+                                epochs=cfg.dpwgan_epochs, max_steps=cfg.dpwgan_max_steps)
             return dpwgan.generate(Z, self.domain, len(Z), budget.eps, budget.delta, s, rng, ledger)
         if cfg.generator == "pategan":
-            s = pategan.Settings(cfg.gan_noise_dim, cfg.gan_hidden, cfg.pategan_teacher_hidden, cfg.gan_batch,
-                                 cfg.pategan_teachers, cfg.pategan_teacher_iters, cfg.pategan_student_iters,
-                                 cfg.pategan_lambda, cfg.pategan_moments, cfg.pategan_bound, cfg.gan_lr,
-                                 cfg.pategan_max_rounds)
+            s = pategan.Settings(**gan, teacher_hidden=cfg.pategan_teacher_hidden, teachers=cfg.pategan_teachers,
+                                 teacher_iters=cfg.pategan_teacher_iters, student_iters=cfg.pategan_student_iters,
+                                 lam=cfg.pategan_lambda, moments=cfg.pategan_moments, bound=cfg.pategan_bound,
+                                 max_rounds=cfg.pategan_max_rounds)
             out, labels = pategan.generate(Z, self.domain, len(Z), budget.eps, budget.delta, s, rng, ledger)
             self.pategan_labels = labels
             if not labels:

@@ -50,12 +50,24 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
 from privfair_cli import progress
+
+
+@dataclass(frozen=True)
+class GanSettings:
+    """What FFPDG's private GANs share (dpwgan.Settings, pategan.Settings add their own): the generator's noise
+    size and width, the batch and the step size."""
+
+    noise_dim: int = 64
+    hidden: int = 128
+    batch: int = 64
+    lr: float = 1e-4
 
 
 class Ensemble:

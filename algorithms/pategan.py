@@ -52,18 +52,14 @@ from privfair_cli.threads import torch_threads
 
 
 @dataclass(frozen=True)
-class Settings:
-    noise_dim: int = 64
-    hidden: int = 128
+class Settings(gan.GanSettings):
     teacher_hidden: int = 0
-    batch: int = 64
     teachers: int = 10
     teacher_iters: int = 5
     student_iters: int = 5
     lam: float = 1.0
     moments: int = 100
     bound: str = "data_dependent"
-    lr: float = 1e-4
     max_rounds: int | None = None
 
 

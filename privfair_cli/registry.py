@@ -179,6 +179,20 @@ def register(cls: type[Plugin]) -> type[Plugin]:
     return cls
 
 
+def variants(base: type[Plugin], module: str, **docs: str) -> list[type[Plugin]]:
+    """Register one plugin per `name=docstring`, each `base` under that name (the configurations of one model that
+    differ only in what `base` reads off `self.name`), as if declared in `module`."""
+    import sys
+
+    out = []
+    for name, doc in docs.items():
+        cls = register(type("".join(p.title() for p in name.split("_")), (base,),
+                            {"name": name, "__doc__": doc, "__module__": module}))
+        setattr(sys.modules[module], cls.__name__, cls)  # importable by name (pickling) like a declared class
+        out.append(cls)
+    return out
+
+
 def load_plugins(until: str | None = None) -> dict[str, type[Plugin]]:
     """Import the algorithm modules, in order; with `until`, stop once that algorithm is registered (a run of
     the logistic family never imports torch, which only the DP-SGD module needs)."""
