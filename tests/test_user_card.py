@@ -1,0 +1,93 @@
+"""A dataset the project has never seen, described by a card and no Python, runs through every algorithm of the
+kinds a table serves (classifiers, generators, graph learners, semi-supervised learners, attacks): the views
+those algorithms need beyond the card (an unlabelled pool, a graph without reference) are derived, and the
+algorithms that need what no table gives (a causal graph over binary nodes, a network, bags of tokens) are the
+only ones it refuses."""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+from omegaconf import OmegaConf, open_dict
+
+from privfair_cli import compose, registry, runner, schema
+from privfair_cli.config import config_dir
+from privfair_cli.results import METRICS_KEYS
+from tests.test_compat import SMALL
+
+ROWS = 400
+TABLE_KINDS = ("classifier", "generator", "graph", "semi_supervised", "attack")
+NOT_FROM_A_TABLE = {"causal_graph", "network", "tokens"}  # views no table provides
+PLUGINS = registry.load_plugins()
+
+
+def write_credit_csv(folder) -> None:
+    """A small credit table: two numeric columns, a categorical one, a sensitive attribute and a label that
+    depends on them."""
+    rng = np.random.default_rng(7)
+    age = rng.integers(18, 80, ROWS)
+    limit = rng.integers(1, 50, ROWS) * 1000
+    purpose = rng.choice(["car", "home", "study"], ROWS)
+    group = rng.choice(["a", "b"], ROWS, p=[0.6, 0.4])
+    score = 0.03 * (age - 45) + limit / 25000 + (purpose == "home") - 0.5 * (group == "b")
+    label = np.where(score + rng.normal(0, 1, ROWS) > 0.5, "good", "bad")
+    folder.mkdir(parents=True)
+    pd.DataFrame({"age": age, "limit": limit, "purpose": purpose, "group": group, "label": label}).to_csv(
+        folder / "credit.csv", index=False)
+
+
+def credit_card() -> dict:
+    """The card a user writes for it (README: "Your own data"), with the keys every card has."""
+    defaults = OmegaConf.to_container(OmegaConf.load(config_dir() / "data_defaults" / "default.yaml"))
+    return defaults | {
+        "name": "credit", "subdir": "credit", "files": {"credit.csv": {}}, "verify": False,
+        "format": {"sep": ",", "header": True},
+        "label": "label", "positive": ["good"], "sensitive": "group", "privileged": "a",
+        "features": {"numeric": {"age": [18, 80], "limit": [0, 50000]}, "onehot": ["purpose"],
+                     "levels": {"purpose": ["car", "home", "study"]}},
+        "discrete": {"age": {"bins": [18, 30, 45, 60, 81]}, "limit": {"bins": [0, 10000, 25000, 50001]},
+                     "purpose": {"levels": ["car", "home", "study"]}, "group": {"levels": ["a", "b"]},
+                     "label": {"one_of": ["good"]}},
+        "roles": {"protected": ["group"], "admissible": ["age", "limit"], "outcome": ["label"]},
+    }
+
+
+def table_algorithms() -> list[str]:
+    return sorted(a for a, cls in PLUGINS.items() if cls.kind in TABLE_KINDS)
+
+
+def test_only_what_no_table_gives_keeps_an_algorithm_off_a_user_card():
+    views = schema.card_views(credit_card())
+    refused = {a: schema.missing_views(PLUGINS[a].requirements(registry.defaults(a)), views)
+               for a in table_algorithms()}
+    refused = {a: m for a, m in refused.items() if m}
+    assert all(set(m) <= NOT_FROM_A_TABLE for m in refused.values()), refused
+    assert set(refused) == {a for a in table_algorithms() if set(PLUGINS[a].requirements(registry.defaults(a)))
+                            & NOT_FROM_A_TABLE}
+
+
+@pytest.fixture(scope="module")
+def user_data(tmp_path_factory):
+    root = tmp_path_factory.mktemp("user")
+    write_credit_csv(root / "data" / "credit")
+    return root
+
+
+@pytest.mark.parametrize("algo", [a for a in table_algorithms() if not schema.missing_views(
+    PLUGINS[a].requirements(registry.defaults(a)), schema.card_views(credit_card()))])
+def test_a_user_card_runs_through_every_algorithm_that_can_use_it(algo, user_data, tmp_path, monkeypatch):
+    monkeypatch.setenv("PRIVFAIR_DATA_DIR", str(user_data / "data"))
+    monkeypatch.setenv("PRIVFAIR_CACHE_DIR", str(user_data / "cache"))
+    cfg = copy.deepcopy(compose.compose([f"algo={algo}"]))
+    with open_dict(cfg):
+        cfg.data = OmegaConf.create(credit_card())
+        for line in SMALL.get(algo, []):
+            key, value = line.split("=", 1)
+            OmegaConf.update(cfg, key, yaml.safe_load(value))
+    record = runner.run(cfg, tmp_path / "run", log=lambda *_: None)
+    assert tuple(record) == METRICS_KEYS and record["data"] == "credit"
+    assert record["metrics"]["n_train"] > 0
