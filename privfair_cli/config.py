@@ -38,6 +38,7 @@ def load_node(group: str, name: str):
 
     from privfair_cli.errors import ConfigError
 
+    name = name.removesuffix("@_here_")  # `files/adult@_here_`: a shared block merged into this node
     path = config_dir() / group / f"{name}.yaml"
     if not path.is_file():
         raise ConfigError(f"{group}={name!r} is unknown; allowed: {', '.join(group_options(group))}")
