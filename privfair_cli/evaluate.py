@@ -60,16 +60,10 @@ def generator(plugin, train, test, rng: np.random.Generator) -> dict[str, float]
 
 
 def graph(plugin, train, test, rng: np.random.Generator) -> dict[str, float]:
-    """Skeleton recovery against the generating graph, else the plugin's reference graph where the card asks for
-    one (`graph_reference`), else no recovery metrics (a card without a reference: the learned graph's size only,
-    and the run says so). The graph compared with is left on the plugin (`reference_adjacency`) for its
-    artifacts."""
+    """Skeleton recovery against the generating graph, else the plugin's reference graph (non-private PC on the
+    same rows: a card with a discrete view and no generating graph, e.g. Adult). The graph compared with is left
+    on the plugin (`reference_adjacency`) for its artifacts."""
     truth = train.meta.get("true_adjacency")
-    if truth is None and not train.meta.get("graph_reference"):
-        plugin.warn(f"data={train.name} has no generating graph and no graph_reference: the graph is learned, but "
-                    "no recovery metric (TPR, FDR, SHD) can be measured; set data.graph_reference=pc to compare "
-                    "with non-private PC on the same rows")
-        return {"edges": float(np.triu(np.asarray(plugin.adjacency) != 0, 1).sum())}
     if truth is None:
         truth = reference_graph(plugin, train)
     plugin.reference_adjacency = np.asarray(truth)

@@ -33,7 +33,7 @@ VIEWS = {
     "discrete": ("a discrete view (integer codes over a declared domain)",
                  "`discrete`, or `features` to derive it from"),
     "roles": ("fairness roles", "`roles`: protected, admissible, outcome"),
-    "graph_reference": ("a reference graph (for recovery metrics; a graph learner runs without one)",
+    "graph_reference": ("a declared reference graph (without one, a discrete card's reference is non-private PC)",
                         "`graph_reference: pc` (non-private PC on the same rows), or a loader that draws the DAG"),
     "network": ("a network (vertices, edges)", "`loader: graphs` with `edges` and `labels` files"),
     "unlabelled_pool": ("an unlabelled pool", "`unlabelled_size`: the fraction of rows whose labels are hidden; "

@@ -160,8 +160,6 @@ def prepare(card: schema.DataCard, seed: int, log=print) -> Prepared:
     one way the runner, the auditor, the tests and the benchmarks get a run's data."""
     rng = streams(seed)
     table = load_data(card, rng, log)
-    if card.raw.get("graph_reference"):  # graph learners compare with it (evaluate.graph)
-        table.meta["graph_reference"] = card.raw["graph_reference"]
     if "graph" in table.meta:
         from privfair_cli.datasets import graphs
 

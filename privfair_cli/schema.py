@@ -294,7 +294,8 @@ def card_views(card: dict) -> set[str]:
     if card.get("graph_reference"):
         views.add("graph_reference")
     unlabelled = card.get("unlabelled_size", AUTO)
-    if (unlabelled == AUTO and "binary_label" in views and "features" in views) or (
+    held_out = (card.get("test_size", 0.2) or 0) > 0  # a pool needs labelled test rows to score on
+    if (unlabelled == AUTO and "binary_label" in views and "features" in views and held_out) or (
             unlabelled != AUTO and (unlabelled or 0) > 0):
         views.add("unlabelled_pool")  # auto: a semi-supervised run hides DEFAULT_UNLABELLED of the labels
     return views

@@ -24,7 +24,7 @@ from tests.conftest import require_data
 PAIR_ROWS = 300
 # Cards whose smaller group is too rare for PAIR_ROWS rows (bank_ssl: age <= 25 is about 3% of the rows; with half
 # the rows unlabelled, 300 rows leave no labelled young non-subscriber for the Kamiran-Calders samplers).
-ROWS = {"bank_ssl": 3000, "bank_fair_ssl": 3000}
+ROWS = {"bank_ssl": 3000, "bank_fair_ssl": 3000, "bank": 3000}  # bank: its derived pool (unlabelled_size auto) too
 
 # Overrides that only shorten a run (not part of what is tested): DP-SGD trains one short epoch without its
 # non-private reference model and with a fixed noise multiplier (calibrating sigma to the budget, the default, takes

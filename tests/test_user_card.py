@@ -1,6 +1,6 @@
 """A dataset the project has never seen, described by a card and no Python, runs through every algorithm of the
 kinds a table serves (classifiers, generators, graph learners, semi-supervised learners, attacks): the views
-those algorithms need beyond the card (an unlabelled pool, a graph without reference) are derived, and the
+those algorithms need beyond the card (an unlabelled pool, a reference graph) are derived, and the
 algorithms that need what no table gives (a causal graph over binary nodes, a network, bags of tokens) are the
 only ones it refuses."""
 
