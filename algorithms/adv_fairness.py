@@ -48,6 +48,7 @@ from torch import nn
 
 from privfair_cli.algorithms import kamiran_calders
 from privfair_cli.errors import DataError
+from privfair_cli.memo import Memo
 from privfair_cli.metrics import GroupRates
 from privfair_cli.registry import Plugin, register
 from privfair_cli.threads import torch_threads
@@ -283,7 +284,7 @@ def attack_metrics(X: np.ndarray, X_adv: np.ndarray, pred: np.ndarray, pred_adv:
 
 
 # ----------------------------------------------------------------------------------------------- the plugins
-_MODELS: dict[str, nn.Sequential] = {}  # trained models by content key: the four plugins of one seed share one
+_MODELS: Memo = Memo(9)  # trained models by content key: the four plugins of one seed share one
 
 
 class _AdversarialFairness(Plugin):
@@ -327,11 +328,7 @@ class _AdversarialFairness(Plugin):
         key = hashlib.sha256(np.ascontiguousarray(X).tobytes() + y.tobytes() + repr(
             (cfg.hidden, cfg.epochs, cfg.batch_size, cfg.lr, cfg.beta1, cfg.weight_decay, seed, device)).encode()
         ).hexdigest()
-        if key not in _MODELS:
-            if len(_MODELS) > 8:
-                _MODELS.pop(next(iter(_MODELS)))
-            _MODELS[key] = train_mlp(X, y, cfg, seed, device)
-        self.model = _MODELS[key]
+        self.model = _MODELS.get_or(key, lambda: train_mlp(X, y, cfg, seed, device))
         self.v = feature_importance(X, y.astype(float))
         self.lo, self.hi = X.min(0), X.max(0)
         self.mask = np.ones(X.shape[1])

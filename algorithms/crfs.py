@@ -63,6 +63,7 @@ from scipy.optimize import minimize
 from scipy.special import expit
 
 from privfair_cli.errors import ConfigError, DataError
+from privfair_cli.memo import Memo
 from privfair_cli.privacy import correlated
 from privfair_cli.privacy.mechanisms import laplace
 from privfair_cli.privacy.noise import noise_source
@@ -70,8 +71,8 @@ from privfair_cli.registry import Plugin, register
 from privfair_cli.typed import bounds
 
 MODEL_TASKS = ("lr", "svm")
-CACHE_MAX = 100_000  # memoised deterministic pieces (see `memo`) before the cache is emptied
-_CACHE: dict = {}
+CACHE_MAX = 100_000  # memoised deterministic pieces (see `memo`) kept; the oldest leave first
+_CACHE = Memo(CACHE_MAX)
 CACHE = {"enabled": True}
 HUBER_H = 0.5
 SPEC_THETA0 = 0.9  # crfs.md §0.1: theta0 of a card that declares none (Adult, Breast cancer, Titanic)
@@ -149,11 +150,7 @@ def memo(key: tuple, compute):
     computes each once. Results are identical with the cache off (`CACHE["enabled"] = False`)."""
     if not CACHE["enabled"]:
         return compute()
-    if key not in _CACHE:
-        if len(_CACHE) >= CACHE_MAX:
-            _CACHE.clear()
-        _CACHE[key] = compute()
-    return _CACHE[key]
+    return _CACHE.get_or(key, compute)
 
 
 # ------------------------------------------------------------------------------------------- Steps 0-2 (§1)

@@ -58,6 +58,7 @@ from sklearn.utils.extmath import randomized_svd
 from threadpoolctl import threadpool_limits
 
 from privfair_cli.errors import ConfigError
+from privfair_cli.memo import Memo
 from privfair_cli.privacy import laplace
 from privfair_cli.registry import Plugin, register
 from privfair_cli.typed import bounds
@@ -69,8 +70,8 @@ ABS_CAVEAT = ("dpne noise_term=abs (the thesis' implementation): its exact minim
 H_CAVEAT = ("dpne: H is learned non-privately from the same graph and the proof treats it as fixed "
             "(dpne.md C2): Theorem 7 does not cover the released W, so the guarantee is heuristic")
 SVDS_MAX_K = 200  # a randomized truncated SVD for k <= 200, a full SVD beyond (dpne.md §2: svds)
-_MEMO: dict[tuple[str, int, str], tuple[np.ndarray, np.ndarray]] = {}
-_M_MEMO: dict = {}
+_MEMO = Memo(1)  # (graph digest, k, h_norm) -> (M, H)
+_M_MEMO = Memo(1)  # graph digest -> M
 
 
 # ---------------------------------------------------------------------------------------------- matrices
@@ -104,13 +105,12 @@ def context(m: np.ndarray, k: int, h_norm: str) -> np.ndarray:
 def cached_walk_matrix(graph) -> np.ndarray:
     """`M` of a graph (no noise: depends on the edges only), computed once per graph digest in this process;
     read-only, so a run can never alter the copy the next one reads."""
-    key = graph.digest()
-    if _M_MEMO.get("key") != key:
+    def compute() -> np.ndarray:
         m = walk_matrix(graph.adjacency)
         m.setflags(write=False)
-        _M_MEMO.clear()
-        _M_MEMO.update(key=key, m=m)
-    return _M_MEMO["m"]
+        return m
+
+    return _M_MEMO.get_or(graph.digest(), compute)
 
 
 def cached_context(graph, k: int, h_norm: str) -> tuple[np.ndarray, np.ndarray]:
@@ -126,8 +126,7 @@ def cached_context(graph, k: int, h_norm: str) -> tuple[np.ndarray, np.ndarray]:
     if h is None:
         h = context(m, k, h_norm)
         write_cache(path, lambda f: np.savez(f, h=h))
-    _MEMO.clear()  # one graph at a time: M is |V|^2
-    _MEMO[key] = (m, h)
+    _MEMO[key] = (m, h)  # one graph at a time: M is |V|^2
     return m, h
 
 

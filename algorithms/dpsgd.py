@@ -109,6 +109,7 @@ from privfair_cli.algorithms.dpsgd_trainer import (
 )
 from privfair_cli.datasets import cache_root, read_cache, write_cache
 from privfair_cli.errors import ConfigError
+from privfair_cli.memo import Memo
 from privfair_cli.registry import Plugin, option, register
 from privfair_cli.threads import torch_threads
 from privfair_cli.typed import bounds
@@ -392,8 +393,6 @@ class XuSGD(Plugin):
             _SGD_KEPT[key] = ({k: v.detach().clone() for k, v in model.state_dict().items()}, copy.deepcopy(log),
                               rng.bit_generator.state)
             _sgd_to_disk(key, *_SGD_KEPT[key])
-            while len(_SGD_KEPT) > SGD_KEPT_MAX:
-                _SGD_KEPT.pop(next(iter(_SGD_KEPT)))
         return model, log
 
     def _sgd_key(self, settings: TrainConfig, data, rng) -> tuple | None:
@@ -504,7 +503,7 @@ def _plugin(class_name: str, algorithm: str, **attrs) -> type[XuSGD]:
     return register(type(class_name, (XuSGD,), body | attrs))
 
 
-_SGD_KEPT: dict = {}  # `XuSGD._sgd_key` -> (state dict, TrainLog, the noise stream's state after training)
+_SGD_KEPT = Memo(SGD_KEPT_MAX)  # `XuSGD._sgd_key` -> (state dict, TrainLog, the noise stream's state after training)
 
 
 def _sgd_disk_path(key: tuple) -> Path:

@@ -86,6 +86,7 @@ import scipy.linalg
 from scipy import special
 
 from privfair_cli.errors import ConfigError, DataError
+from privfair_cli.memo import Memo
 from privfair_cli.metrics import GroupRates
 from privfair_cli.registry import Plugin, register
 from privfair_cli.typed import bounds, typed
@@ -264,17 +265,17 @@ def factorised_graph(X: np.ndarray, n_l: int, g: GraphConfig) -> tuple[float, Pr
     Xc = np.ascontiguousarray(X)
     key = (hashlib.sha256(Xc.view(np.uint8)).hexdigest(), Xc.shape, str(Xc.dtype), n_l, float(g.sigma),
            g.sigma_mode, float(g.ridge))
-    if _GRAPH.get("key") != key:
-        _GRAPH.clear()
+    if key not in _GRAPH:
+        _GRAPH.clear()  # dropped before the new one is built
         A, sigma = gaussian_graph(Xc, g.sigma, g.sigma_mode)
         graph = Propagator.build(A, n_l, g.ridge)
         for array in (graph.A, graph.factor[0], graph.degree):
             array.setflags(write=False)
-        _GRAPH.update(key=key, value=(sigma, graph))
-    return _GRAPH["value"]
+        _GRAPH[key] = (sigma, graph)
+    return _GRAPH[key]
 
 
-_GRAPH: dict = {}  # the last graph built (factorised_graph)
+_GRAPH = Memo(1)  # the last graph built (factorised_graph)
 
 
 def di_vector(X: np.ndarray, z: np.ndarray) -> np.ndarray:

@@ -545,8 +545,8 @@ def setup_for_table(algo: str, table, eps: float, delta: float | None = None, **
     cls = registry.get(algo)
     cfg = registry.defaults(algo) | params
     delta = (1e-5 if cls.needs_delta or cls.accountant != "basic" else 0.0) if delta is None else delta
-    rc = SimpleNamespace(algo=algo, params=typed(cls.Config, cfg) if cls.Config is not None else cfg, mechanism={},
-                         eps=eps, delta=delta, accountant=cfg.get("accountant", cls.accountant),
+    rc = SimpleNamespace(algo=algo, params=typed(cls.Config, cfg) if cls.Config is not None else cfg,
+                         mechanism="default", eps=eps, delta=delta, accountant=cfg.get("accountant", cls.accountant),
                          rdp_conversion="classic", data=SimpleNamespace(name=table.name))
     return Setup(rc, cls, table)
 

@@ -169,9 +169,11 @@ def prepare(card: schema.DataCard, seed: int, log=print) -> Prepared:
     return Prepared(rng, table, train, test)
 
 
-def build(cls: type[registry.Plugin], params, mechanism: dict | None = None) -> registry.Plugin:
-    """The plugin of a validated config: `params` is its typed Config (or the params dict of an untyped one)."""
-    return cls(params, mechanism or {}) if cls.Config is not None else cls(**params, mechanism=mechanism or {})
+def build(cls: type[registry.Plugin], params, mechanism: str = "default") -> registry.Plugin:
+    """The plugin of a validated config: `params` is its typed Config (or the params dict of an untyped one),
+    `mechanism` the run's mechanism choice (RunConfig.mechanism)."""
+    chosen = {"name": mechanism}
+    return cls(params, chosen) if cls.Config is not None else cls(**params, mechanism=chosen)
 
 
 def fit_plugin(plugin: registry.Plugin, data, budget: Budget, noise, device: str = "cpu", accountant: str = "basic",

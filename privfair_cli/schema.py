@@ -66,8 +66,7 @@ class RunConfig:
     algo: str
     params: Any  # the plugin's typed Config (a dict for a plugin without one)
     data: DataCard
-    mechanism: dict[str, Any]
-    budget: dict[str, Any]
+    mechanism: str  # the mechanism group's choice: default (the algorithm's own) or one of plugin.mechanisms
     save_predictions: bool = True
     accountant: str = "basic"
     rdp_conversion: str = "classic"
@@ -354,7 +353,7 @@ def validate(cfg: DictConfig) -> RunConfig:
     delta, delta_source = _delta(delta, plugin, accountant)
     secure = _secure(cfg, plugin)
     mechanism = _section(cfg, "mechanism", ("name",), unknown_ok=True)
-    mech = mechanism.get("name", "default")
+    mech = str(mechanism.get("name", "default"))
     if mech != "default" and mech not in plugin.mechanisms:
         allowed = ", ".join(plugin.mechanisms) or "none (non-private)"
         raise ConfigError(f"mechanism={mech} is not accepted by algo={name}; allowed: {allowed}")
@@ -362,10 +361,9 @@ def validate(cfg: DictConfig) -> RunConfig:
     if extra:  # the group names the noise family only; calibrations are typed algorithm keys
         raise ConfigError(f"mechanism.{extra[0]} is not a key of mechanism; allowed: name (a calibration is an "
                           f"algorithm key, e.g. algo.calibration for relaxed_fm and adfc)")
-    budget = _section(cfg, "budget", BUDGET_KEYS)
     save_predictions = _flag(cfg, "save_predictions", True)
     return RunConfig(eps, delta, seed, device, _flag(cfg, "overwrite", False), name, params, card,
-                     mechanism, budget, save_predictions, accountant, conversion, delta_source, secure)
+                     mech, save_predictions, accountant, conversion, delta_source, secure)
 
 
 def _flag(cfg: DictConfig, key: str, default: bool) -> bool:

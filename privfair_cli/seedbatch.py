@@ -25,8 +25,10 @@ import contextlib
 import time
 from collections.abc import Callable, Sequence
 
+from privfair_cli.memo import Memo
+
 GROUP: list[int] = []
-_KEPT: dict = {}  # "group" -> (key, seeds, model, seconds): the last trained group, one at a time
+_KEPT = Memo(1)  # "group" -> (key, seeds, model, seconds): the last trained group, one at a time
 
 
 @contextlib.contextmanager

@@ -41,3 +41,22 @@ def test_the_rule_sees_every_import_form(tmp_path):
     f.write_text("from privfair_cli import plots\nimport privfair_cli.report\n"
                  "def g():\n    from privfair_cli.evaluate import classifier\n")
     assert imported(f) & TOOLS == {"plots", "report", "evaluate"}
+
+
+def test_one_memo_policy_bounds_every_in_process_cache():
+    """privfair_cli.memo.Memo: at most `size` entries, the oldest leaves first, a renewed entry counts as new;
+    the families' module caches are Memos."""
+    from privfair_cli import seedbatch
+    from privfair_cli.algorithms import adv_fairness, crfs, dpne, dpsgd, fair_ssl
+    from privfair_cli.memo import Memo
+
+    m = Memo(2)
+    calls = []
+    assert m.get_or("a", lambda: calls.append("a") or 1) == 1 and m.get_or("a", lambda: 2) == 1 and calls == ["a"]
+    m["b"] = 2
+    m["a"] = 3  # renewed: now the newest
+    m["c"] = 4
+    assert list(m) == ["a", "c"] and m["a"] == 3
+    caches = (adv_fairness._MODELS, crfs._CACHE, dpne._MEMO, dpne._M_MEMO, dpsgd._SGD_KEPT, fair_ssl._GRAPH,
+              seedbatch._KEPT)
+    assert all(isinstance(c, Memo) for c in caches)
