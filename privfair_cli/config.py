@@ -31,15 +31,15 @@ def load_card(name: str) -> dict:
     return OmegaConf.to_container(OmegaConf.merge(*parts, load_node("data", name)), resolve=True)
 
 
-def load_node(group: str, name: str):
+def load_node(group: str, name: str, root: Path | None = None):
     """`configs/<group>/<name>.yaml` merged over the options of the same group its `defaults` list names (the
-    composition Hydra does for a group option), without Hydra."""
+    composition Hydra does for a group option), without Hydra; `root` is another checkout's `configs/`."""
     from omegaconf import OmegaConf, open_dict
 
     from privfair_cli.errors import ConfigError
 
     name = name.removesuffix("@_here_")  # `files/adult@_here_`: a shared block merged into this node
-    path = config_dir() / group / f"{name}.yaml"
+    path = (root or config_dir()) / group / f"{name}.yaml"
     if not path.is_file():
         raise ConfigError(f"{group}={name!r} is unknown; allowed: {', '.join(group_options(group))}")
     node = OmegaConf.load(path)
@@ -47,4 +47,4 @@ def load_node(group: str, name: str):
         entries = list(node.pop("defaults", None) or ["_self_"])
     if "_self_" not in entries:
         entries.append("_self_")
-    return OmegaConf.merge(*(node if e == "_self_" else load_node(group, str(e)) for e in entries))
+    return OmegaConf.merge(*(node if e == "_self_" else load_node(group, str(e), root) for e in entries))

@@ -106,12 +106,19 @@ def _natural(name: str) -> list:
     return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", name)]
 
 
+def _experiment(root: Path, name: str) -> dict:
+    """The experiment config `name` of the checkout `root`, with the shared blocks its `defaults` list names."""
+    from privfair_cli.config import load_node
+
+    return OmegaConf.to_container(load_node("experiment", name, root / "configs"), resolve=False)
+
+
 def experiments(root: Path, results_root: Path | None = None) -> list[Experiment]:
     """Every experiment with a `reproduce:` block, with its comparison (under `results_root`, default the
     checkout's `results/`) if there is one."""
     out = []
     for path in sorted((root / "configs" / "experiment").glob("*.yaml"), key=lambda p: _natural(p.stem)):
-        spec = OmegaConf.to_container(OmegaConf.load(path), resolve=False).get("reproduce")
+        spec = _experiment(root, path.stem).get("reproduce")
         if not spec:
             continue
         csv = (results_root or root / "results") / "reproduce" / path.stem / "comparison.csv"
@@ -230,8 +237,7 @@ def experiment_families(root: Path, exps: list[Experiment]) -> dict[str, str]:
     pages = family_pages(root)
     out = {}
     for e in exps:
-        params = OmegaConf.to_container(OmegaConf.load(root / "configs" / "experiment" / f"{e.name}.yaml"),
-                                        resolve=False).get("hydra", {}).get("sweeper", {}).get("params", {})
+        params = _experiment(root, e.name).get("hydra", {}).get("sweeper", {}).get("params", {})
         algos = [a.strip() for a in str(params.get("algo", "")).split(",") if a.strip()]
         found = [pages[m] for m in (plugins[a].__module__.rsplit(".", 1)[-1] for a in algos if a in plugins)
                  if m in pages]

@@ -101,10 +101,9 @@ def published_dir() -> Path:
 
 
 def experiment_spec(name: str) -> dict:
-    from privfair_cli.config import config_dir
+    from privfair_cli.config import load_node
 
-    path = config_dir() / "experiment" / f"{name}.yaml"
-    spec = OmegaConf.to_container(OmegaConf.load(path), resolve=False).get("reproduce")
+    spec = OmegaConf.to_container(load_node("experiment", name), resolve=False).get("reproduce")
     if not spec:
         raise ConfigError(f"experiment {name!r} has no `reproduce:` block")
     for key in REQUIRED:
