@@ -66,7 +66,6 @@ import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Literal
 
 import numpy as np
@@ -374,15 +373,6 @@ class _CausalGenerator(Plugin):
 
     def _frame(self, V: np.ndarray) -> pd.DataFrame:
         return pd.DataFrame(V.astype(np.int64), columns=list(self.graph.nodes))[list(self.columns)]
-
-    def artifacts(self, run_dir) -> None:
-        import gzip
-
-        run_dir = Path(run_dir)
-        run_dir.mkdir(parents=True, exist_ok=True)
-        if getattr(self, "synthetic", None) is not None:
-            with gzip.open(run_dir / "synthetic.csv.gz", "wt") as f:
-                self.synthetic.to_csv(f, index=False)
 
 
 class CFGANGenerator(_CausalGenerator):

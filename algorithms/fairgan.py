@@ -58,7 +58,6 @@ Deviations and choices (spec IDs):
 
 from __future__ import annotations
 
-import gzip
 import hashlib
 import json
 import math
@@ -500,8 +499,6 @@ class FairGANGenerator(Plugin):
     def artifacts(self, run_dir) -> None:
         run_dir = Path(run_dir)
         run_dir.mkdir(parents=True, exist_ok=True)
-        with gzip.open(run_dir / "synthetic.csv.gz", "wt") as f:
-            self.synthetic.to_csv(f, index=False)
         if self.model.eta is not None:
             eta = {"inputs": [f"{a}={k}" for a, n in zip(self.enc.attributes, self.enc.sizes, strict=True)
                               for k in range(n)],

@@ -53,10 +53,8 @@ Deviations and choices (ffpdg.md IDs):
 
 from __future__ import annotations
 
-import gzip
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Literal
 
 import numpy as np
@@ -287,14 +285,13 @@ class FFPDG(Plugin):
     def extra_metrics(self) -> dict[str, float]:
         return {}
 
-    def artifacts(self, run_dir) -> None:
-        run_dir = Path(run_dir)
-        run_dir.mkdir(parents=True, exist_ok=True)
+    def release(self):
+        """The released table (the run's `synthetic.csv.gz`), with the pre-processor's row weights where it
+        reweighs."""
         frame = self.sample(self.n_rows(), None)
         if self.weights is not None:
             frame["weight"] = self.weights
-        with gzip.open(run_dir / "synthetic.csv.gz", "wt") as f:
-            frame.to_csv(f, index=False)
+        return frame
 
 
 @register

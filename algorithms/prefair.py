@@ -61,7 +61,6 @@ Deviations and choices (prefair.md §11 item numbers):
 
 from __future__ import annotations
 
-import gzip
 import heapq
 import json
 import math
@@ -539,8 +538,6 @@ class MarginalTreeRelease(Plugin):
     def artifacts(self, run_dir) -> None:
         run_dir = Path(run_dir)
         run_dir.mkdir(parents=True, exist_ok=True)
-        with gzip.open(run_dir / "synthetic.csv.gz", "wt") as f:
-            self.synthetic.to_csv(f, index=False)
         tree = {"edges": [[self.columns[i], self.columns[j]] for i, j in self.edges], "fair": self.fair_tree,
                 "roles": self.fairness_roles()}
         (run_dir / "tree.json").write_text(json.dumps(tree, indent=2) + "\n")

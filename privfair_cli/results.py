@@ -179,6 +179,18 @@ def failures(root: Path) -> list[dict]:
     return out
 
 
+def write_synthetic(frame, folder: Path) -> Path:
+    """A generator's released table as `synthetic.csv.gz` in the run's artifacts folder (written atomically)."""
+    import gzip
+    import io
+
+    buffer = io.StringIO()
+    frame.to_csv(buffer, index=False)
+    path = Path(folder) / "synthetic.csv.gz"
+    atomic_save(path, lambda f: f.write(gzip.compress(buffer.getvalue().encode(), mtime=0)))
+    return path
+
+
 def write_run(run_dir: Path, config_yaml: str, record: dict, overrides: list[str] | None = None) -> None:
     """config.yaml, overrides.yaml, metrics.csv, then metrics.json last: its presence marks the run complete."""
     assert set(REQUIRED_KEYS) <= set(record), f"metrics.json needs the keys {REQUIRED_KEYS}"

@@ -224,6 +224,9 @@ def compute(rc: schema.RunConfig, artifacts: Path, log=print) -> dict:
     timings["evaluate"] = time.perf_counter() - t2
     with results.writing(artifacts):
         plugin.artifacts(artifacts)
+        release = plugin.release() if hasattr(plugin, "release") else getattr(plugin, "synthetic", None)
+        if cls.kind == "generator" and release is not None:
+            results.write_synthetic(release, artifacts)
         from privfair_cli import plots  # the plotting layer draws the run's figures from what the plugin saved
 
         if any((artifacts / name).is_file() for name in plots.FIGURE_ARTIFACTS):
