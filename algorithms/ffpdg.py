@@ -285,7 +285,7 @@ class FFPDG(Plugin):
     def extra_metrics(self) -> dict[str, float]:
         return {}
 
-    def release(self):
+    def released_table(self):
         """The released table (the run's `synthetic.csv.gz`), with the pre-processor's row weights where it
         reweighs."""
         frame = self.sample(self.n_rows(), None)

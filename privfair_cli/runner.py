@@ -224,9 +224,11 @@ def compute(rc: schema.RunConfig, artifacts: Path, log=print) -> dict:
     timings["evaluate"] = time.perf_counter() - t2
     with results.writing(artifacts):
         plugin.artifacts(artifacts)
-        release = plugin.release() if hasattr(plugin, "release") else getattr(plugin, "synthetic", None)
-        if cls.kind == "generator" and release is not None:
-            results.write_synthetic(release, artifacts)
+        if cls.kind == "generator":  # the release: the sampled table, or the plugin's own (FFPDG's weighted rows)
+            table_out = plugin.released_table() if hasattr(plugin, "released_table") else \
+                getattr(plugin, "synthetic", None)
+            if table_out is not None:
+                results.write_synthetic(table_out, artifacts)
         from privfair_cli import plots  # the plotting layer draws the run's figures from what the plugin saved
 
         if any((artifacts / name).is_file() for name in plots.FIGURE_ARTIFACTS):
