@@ -4,7 +4,8 @@ Reads every experiment config with a `reproduce:` block (`configs/experiment/*.y
 (`results/reproduce/<experiment>/comparison.csv`, written by `privfair reproduce`), and the plugin registry, then
 
 - writes `docs/reproduction.md`: per paper, experiment and table, how many cells match, deviate, are substituted or
-  were not run, with a link to each comparison and every non-matching cell's reason; and per algorithm family, the
+  were not run (and which published cells no experiment compares: `not_comparable`, with the reason), with a
+  link to each comparison and every non-matching cell's reason; and per algorithm family, the
   matched / deviating cells now against the recorded baseline (`results/reproduce/baseline.csv`: the counts per
   experiment and table before the comparisons were last reworked), so a change of how we measure shows its effect;
 - rewrites the block of `README.md` between `START` and `END` with the summary table;
@@ -88,6 +89,65 @@ class Experiment:
     def primary(self) -> pd.DataFrame | None:
         """The comparison's rows, one per published cell (without the `extra` rows)."""
         return None if self.cells is None else self.cells[~self.extra]
+
+
+# published metrics that describe the data or a model (sizes, counts), not a result of an algorithm
+DESCRIPTIONS = {"sample_size", "n_records", "n_features", "n_attributes", "n_rows", "n_records_per_group",
+                "n_parameters", "num_vertices", "num_links", "num_classes"}
+NOT_COMPARABLE = {
+    "description": "a description of the data or a model (sizes, counts), not a result: the cards' `rows` and "
+                   "expected widths, checked by the loaders, state ours",
+    "definition": "a definition, not a measurement",
+    "dataset": "its dataset is not one privfair has (the table's other datasets are compared)",
+    "other": "a row of a compared table that no experiment selects (another algorithm or metric)",
+    "text": "a number stated in the text or read off a figure, outside every table an experiment reproduces",
+}
+
+
+def not_comparable(root: Path, exps: list[Experiment]) -> pd.DataFrame:
+    """The published cells no experiment compares (`reproduce.published_cells` of none), each with the reason
+    it is `not_comparable` (NOT_COMPARABLE, by what the cell is)."""
+    from privfair_cli import reproduce
+
+    folder = root / "results" / "published"
+    covered, tables = set(), {}
+    for e in exps:
+        pub = pd.read_csv(folder / e.spec["published"])
+        cells = reproduce.published_cells(pub, e.spec)
+        covered |= {(e.spec["published"], i) for i in cells.index}
+        for table in cells["table"].unique():
+            tables.setdefault((e.spec["published"], table), set()).update(cells["dataset"])
+    rows = []
+    for path in sorted(folder.glob("*.csv")):
+        for i, r in pd.read_csv(path).iterrows():
+            if (path.name, i) not in covered:
+                compared = tables.get((path.name, r.table))
+                kind = ("description" if r.metric in DESCRIPTIONS else
+                        "definition" if str(r.table).startswith("Definition") else
+                        "text" if compared is None else "other" if r.dataset in compared else "dataset")
+                rows.append({"published": path.name, "table": r.table, "metric": r.metric, "kind": kind})
+    return pd.DataFrame(rows, columns=["published", "table", "metric", "kind"])
+
+
+def published_total(root: Path) -> int:
+    return sum(len(pd.read_csv(p)) for p in sorted((root / "results" / "published").glob("*.csv")))
+
+
+def not_comparable_section(root: Path, exps: list[Experiment]) -> list[str]:
+    """The report's account of the published cells in no comparison, grouped by table and reason."""
+    cells = not_comparable(root, exps)
+    total = published_total(root)
+    lines = ["## Published cells in no comparison (`not_comparable`)", "",
+             f"Of the {total:,} published cells, {total - len(cells):,} are in a comparison above; these "
+             f"{len(cells):,} are in none, and are `not_comparable` for the reason given.", ""]
+    if cells.empty:
+        return lines
+    head = ["published", "table", "cells", "metrics", "why not comparable"]
+    lines += [_row(head), _row(["---"] * len(head))]
+    for (published, table, kind), group in cells.groupby(["published", "table", "kind"], sort=False):
+        lines.append(_row([published, str(table), str(len(group)), _names(group["metric"], "metrics"),
+                           NOT_COMPARABLE[kind]]))
+    return lines + [""]
 
 
 def _about(path: Path) -> str:
@@ -308,6 +368,8 @@ def report(exps: list[Experiment], root: Path | None = None) -> str:
         summary_table(exps, report_link=""),
         "",
     ]
+    if root is not None and (root / "results" / "published").is_dir():
+        lines += not_comparable_section(root, exps)
     if root is not None and (root / BASELINE).is_file():
         lines += [
             "## Per family: before and after",

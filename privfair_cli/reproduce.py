@@ -373,14 +373,20 @@ def _row(spec: dict, r, label: str, key: str, cell: Cell, reason: str | None) ->
             verdict, reason, key, cell.n, stated]
 
 
-def compare(runs: pd.DataFrame, published: pd.DataFrame, spec: dict) -> pd.DataFrame:
-    """One row per published cell of the experiment (then its `variants`), in the published order."""
+def published_cells(published: pd.DataFrame, spec: dict) -> pd.DataFrame:
+    """The rows of a published table an experiment compares (its tables, datasets, metrics and algorithms), in the
+    published order, with the published file's index."""
     tables = spec["table"] if isinstance(spec["table"], list) else [spec["table"]]
-    algos = spec.get("algorithms") or {}
     pub = published[published["table"].isin(tables) & published["dataset"].isin(spec["datasets"])
                     & published["metric"].isin(spec["metrics"])].fillna({"setting": ""})  # text cells: no setting
-    if algos:
-        pub = pub[pub["algorithm"].isin(algos)]
+    algos = spec.get("algorithms") or {}
+    return pub[pub["algorithm"].isin(algos)] if algos else pub
+
+
+def compare(runs: pd.DataFrame, published: pd.DataFrame, spec: dict) -> pd.DataFrame:
+    """One row per published cell of the experiment (then its `variants`), in the published order."""
+    algos = spec.get("algorithms") or {}
+    pub = published_cells(published, spec)
     cell = _cell_function(spec)
     rows = []
     for r in pub.itertuples(index=False):
