@@ -40,7 +40,7 @@ import numpy as np
 import pandas as pd
 
 from privfair_cli.datasets import store
-from privfair_cli.errors import DataError
+from privfair_cli.errors import ConfigError, DataError
 from privfair_cli.results import atomic_save
 
 CACHE_VERSION = 3  # 3: the safe npz format of store.py (2 was a pickle)
@@ -90,10 +90,10 @@ SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+=-]*")
 
 def safe_name(value, key: str) -> str:
     """`value` when it can name a folder or file (letters, digits, `_ . + = -`, no separator, no `..`), else a
-    one-line DataError naming `key`: a card name becomes the run folder and the cache file's name."""
+    one-line ConfigError naming `key`: a card name becomes the run folder and the cache file's name."""
     text = str(value)
     if not SAFE_NAME.fullmatch(text) or ".." in text:
-        raise DataError(f"{key}={text!r} cannot name a folder: use letters, digits and _ . + = - (no path "
+        raise ConfigError(f"{key}={text!r} cannot name a folder: use letters, digits and _ . + = - (no path "
                         f"separator, no '..')")
     return text
 
@@ -526,8 +526,7 @@ def check_labels(train: Table, kind: str) -> None:
     nothing, so such a run is refused (labels hidden for semi-supervised learning, y = -1, do not count)."""
     if kind not in ("classifier", "semi_supervised"):
         return
-    seen = np.unique(train.y[train.y >= 0]) if np.issubdtype(np.asarray(train.y).dtype, np.number) else \
-        np.unique(train.y)
+    seen = np.unique(train.y[train.y >= 0])
     if len(seen) < 2:
         what = f"only the class {seen[0].item()!r}" if len(seen) else "no label"
         raise DataError(f"data={train.name}: the training rows hold {what}: a classifier would learn a constant and "

@@ -95,10 +95,7 @@ def validate_card(card: dict) -> DataCard:
         raise ConfigError("data: a dataset card needs `name`")
     for key in ("name", "subdir"):
         if card.get(key) is not None:
-            try:
-                data_lib.safe_name(card[key], f"data.{key}")
-            except data_lib.DataError as err:
-                raise ConfigError(str(err)) from None
+            data_lib.safe_name(card[key], f"data.{key}")
     loader = card.get("loader") or data_lib.DEFAULT_LOADER
     try:
         module = data_lib.loader_module(card)
