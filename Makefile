@@ -46,11 +46,11 @@ regress: setup
 
 # docs/reproduction.md and the README's summary, from the committed comparisons (tests/test_docs.py checks them).
 docs: setup
-	$(BIN)/python -m privfair_cli.docs
+	$(BIN)/python -m privfair_cli.tools.docs
 
 # Every registered private algorithm audited on small data: results/audit/ and the table of docs/audit.md.
 audit: setup
-	$(BIN)/python -m privfair_cli.audit --all
+	$(BIN)/python -m privfair_cli.tools.audit --all
 
 bench: setup
 	$(BIN)/python -m bench

@@ -60,7 +60,7 @@ def one_embedding() -> None:
 
 
 def tables() -> None:
-    from privfair_cli import reproduce
+    from privfair_cli.tools import reproduce
 
     cwd = os.getcwd()
     with tempfile.TemporaryDirectory() as root:

@@ -80,7 +80,7 @@ def health(seed: int = 0) -> None:
 
 
 def titanic(runs: int = 1, extra: tuple[str, ...] = (), jobs: int = 1) -> None:
-    from privfair_cli import reproduce
+    from privfair_cli.tools import reproduce
 
     if not _have("titanic_fair_ssl"):
         return

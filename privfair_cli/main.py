@@ -23,10 +23,11 @@ import time
 import traceback
 from pathlib import Path
 
-from privfair_cli import compose, results, runid, threads, watch  # noqa: F401 (runid: the ${run_id:} resolver)
+from privfair_cli import compose, results, runid, threads  # noqa: F401 (runid: the ${run_id:} resolver)
 from privfair_cli.config import config_dir, group_options
 from privfair_cli.errors import ConfigError, PrivfairError, ResultsError
-from privfair_cli.sweep import Outcome, summary_line
+from privfair_cli.tools import watch
+from privfair_cli.tools.sweep import Outcome, summary_line
 
 EXIT_ERROR = 2
 
@@ -132,13 +133,14 @@ class Job:
         from hydra.core.hydra_config import HydraConfig
 
         from privfair_cli import runner
+        from privfair_cli.tools import plots
 
         self.started = True
         hc = HydraConfig.get()
         run_dir, task = Path(hc.runtime.output_dir), list(hc.overrides.task)
         if not self.multirun:
             try:
-                _print_record(runner.run(cfg, run_dir, overrides=task), run_dir)
+                _print_record(runner.run(cfg, run_dir, overrides=task, draw=plots.run_figures), run_dir)
             except PrivfairError as err:  # not raised through Hydra, which would print more than its one line
                 if self.debug:
                     raise
@@ -152,7 +154,7 @@ class Job:
             signal.signal(signal.SIGINT, signal.SIG_IGN)
         messages: list[str] = []
         try:
-            record = runner.run(cfg, run_dir, log=messages.append, overrides=task)
+            record = runner.run(cfg, run_dir, log=messages.append, overrides=task, draw=plots.run_figures)
             status = "skipped" if any(m.startswith("skip") for m in messages) else "done"
             line = summary_line(record)
         except Exception as err:  # one bad point or one crashing algorithm must not take the sweep down
@@ -194,7 +196,7 @@ def cmd_list(_args) -> int:
 
     from privfair_cli import registry, schema
     from privfair_cli.config import load_card
-    from privfair_cli.docs import guarantee_rows
+    from privfair_cli.tools.docs import guarantee_rows
 
     console = Console(width=max(Console().width, 110))
     plugins = registry.load_plugins()
@@ -232,14 +234,14 @@ def cmd_list(_args) -> int:
 
 
 def cmd_report(args) -> int:
-    from privfair_cli import report
+    from privfair_cli.tools import report
 
     report.report(Path(args.path), metrics=args.metrics.split(",") if args.metrics else None, plot=args.plot)
     return 0
 
 
 def cmd_reproduce(args) -> int:
-    from privfair_cli import reproduce
+    from privfair_cli.tools import reproduce
 
     names = group_options("experiment") if args.name == "all" else [args.name]
     if args.name != "all" and args.name not in group_options("experiment"):
@@ -304,8 +306,8 @@ def _jobs(value) -> int:
 
 
 def _check(names: list[str], overrides: list[str], jobs: int = 1) -> int:
-    """`reproduce NAME --check`: the regression guard (privfair_cli.regress); exit 1 when a cell regressed."""
-    from privfair_cli import regress
+    """`reproduce NAME --check`: the regression guard (privfair_cli.tools.regress); exit 1 when a cell regressed."""
+    from privfair_cli.tools import regress
 
     outcomes = [regress.check(name, overrides, jobs) for name in names]
     print(regress.summary(outcomes))
@@ -314,7 +316,7 @@ def _check(names: list[str], overrides: list[str], jobs: int = 1) -> int:
 
 def _print_summary(times: dict[str, float]) -> None:
     """The summary of docs/reproduction.md, from the comparisons just written, with the wall time of each."""
-    from privfair_cli import docs, reproduce
+    from privfair_cli.tools import docs, reproduce
 
     exps = docs.experiments(config_dir().parent, results_root=reproduce.RESULTS_ROOT)
     print("\nReproduction summary (the table of docs/reproduction.md; run `make docs` to update it):\n")
@@ -322,7 +324,7 @@ def _print_summary(times: dict[str, float]) -> None:
 
 
 def cmd_audit(args) -> int:
-    from privfair_cli import audit
+    from privfair_cli.tools import audit
 
     return audit.cmd_audit(args)
 

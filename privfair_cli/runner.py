@@ -126,7 +126,7 @@ def premise_warnings(ledger: PrivacyLedger, n_train: int) -> list[str]:
     return out
 
 
-def run(cfg: DictConfig, run_dir: Path, log=print, overrides: list[str] | None = None) -> dict:
+def run(cfg: DictConfig, run_dir: Path, log=print, overrides: list[str] | None = None, draw=None) -> dict:
     """Validate, then resume or run into a staged attempt swapped in only when complete (results.Attempt). A run
     that raises records why in `failed.json` beside any complete result of the same config, which stays."""
     run_dir = Path(run_dir)
@@ -135,7 +135,7 @@ def run(cfg: DictConfig, run_dir: Path, log=print, overrides: list[str] | None =
         record = stored_result(run_dir, cfg, rc.overwrite, log)
         if record is None:
             with results.Attempt(run_dir) as attempt:
-                record = compute(rc, attempt.artifacts, log)
+                record = compute(rc, attempt.artifacts, log, draw)
                 attempt.commit(OmegaConf.to_yaml(cfg, resolve=True), record, overrides)
         return record
     except RunFolderTaken:
@@ -187,8 +187,10 @@ def fit_plugin(plugin: registry.Plugin, data, budget: Budget, noise, device: str
     return ledger
 
 
-def compute(rc: schema.RunConfig, artifacts: Path, log=print) -> dict:
-    """Load, split, fit through the ledger, evaluate; the plugin writes its artifacts into `artifacts`."""
+def compute(rc: schema.RunConfig, artifacts: Path, log=print, draw=None) -> dict:
+    """Load, split, fit through the ledger, evaluate; the plugin writes its artifacts into `artifacts`, and
+    `draw(artifacts, what_ran)` (the CLI passes `plots.run_figures`) draws its figures before the result is swapped
+    in."""
     timings = {}
     t0 = time.perf_counter()
     prepared = prepare(rc.data, rc.seed, log)
@@ -229,10 +231,8 @@ def compute(rc: schema.RunConfig, artifacts: Path, log=print) -> dict:
                 getattr(plugin, "synthetic", None)
             if table_out is not None:
                 results.write_synthetic(table_out, artifacts)
-        from privfair_cli import plots  # the plotting layer draws the run's figures from what the plugin saved
-
-        if any((artifacts / name).is_file() for name in plots.FIGURE_ARTIFACTS):
-            plots.artifact_figures(artifacts, f"{rc.algo} on {rc.data.name}, eps={rc.eps:g}, seed {rc.seed}")
+        if draw is not None:  # a tool's figures of the run, drawn from what the plugin saved (tools/plots.py)
+            draw(artifacts, f"{rc.algo} on {rc.data.name}, eps={rc.eps:g}, seed {rc.seed}")
         if cls.kind == "classifier" and rc.save_predictions:
             evaluate.save_predictions(evaluate.predictions(plugin, test), artifacts)
     timings["total"] = time.perf_counter() - t0

@@ -14,9 +14,10 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from privfair_cli import audit, main
+from privfair_cli import main
 from privfair_cli.errors import ConfigError
 from privfair_cli.privacy import Budget, NoiseSource, PrivacyLedger, mechanisms
+from privfair_cli.tools import audit
 from tests.conftest import require_data
 
 TRIALS = audit.OPTIONS["trials"][0]

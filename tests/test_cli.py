@@ -103,7 +103,7 @@ def test_list_shows_registry_and_compatibility(tmp_path):
 
 @needs_data("german_credit")
 def test_inprocess_sweep_matches_hydra_multirun(tmp_path, monkeypatch):
-    from privfair_cli import sweep
+    from privfair_cli.tools import sweep
 
     overrides = ["algo=lr", "data=german", "seed=0,1", "data.test_size=0.3"]
     privfair("run", "-m", *overrides, "hydra.sweep.dir=hydra", cwd=tmp_path)
@@ -163,7 +163,8 @@ def test_installed_package_runs_without_the_checkout(tmp_path):
     repo = Path(__file__).resolve().parent.parent
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--target",
                     str(tmp_path / "site"), str(repo)], check=True, capture_output=True, timeout=300)
-    probe = ("from privfair_cli import config, reproduce; print(config.config_dir()); print(reproduce.published_dir());"
+    probe = ("from privfair_cli import config; from privfair_cli.tools import reproduce; print(config.config_dir()); "
+             "print(reproduce.published_dir());"
              "from privfair_cli.main import main; raise SystemExit(main(['run', 'algo=lr', 'data=german', "
              "'hydra.run.dir=out']))")
     proc = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, capture_output=True, text=True, timeout=300,

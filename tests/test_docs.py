@@ -1,11 +1,11 @@
 """The generated reproduction report (docs/reproduction.md) and the README's summary block equal what
-`privfair_cli.docs` makes of the committed comparisons, so neither can drift from them."""
+`privfair_cli.tools.docs` makes of the committed comparisons, so neither can drift from them."""
 
 from pathlib import Path
 
 import pytest
 
-from privfair_cli import docs
+from privfair_cli.tools import docs
 
 ROOT = Path(__file__).resolve().parent.parent
 HEADER = "table,dataset,algorithm,setting,metric,published_mean,published_std,ours_mean,ours_std,deviation," \
@@ -109,7 +109,7 @@ def test_every_published_cell_is_compared_or_not_comparable_with_a_reason():
     reason it is not comparable (a description of the data, a definition, a dataset privfair lacks, the text)."""
     import pandas as pd
 
-    from privfair_cli import reproduce
+    from privfair_cli.tools import reproduce
 
     root = Path(__file__).resolve().parents[1]
     exps = docs.experiments(root)

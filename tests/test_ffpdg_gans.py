@@ -198,7 +198,7 @@ def test_dpwgan_run_is_eps_delta_dp(tmp_path):
 def test_pipeline_cell_refuses_runs_failing_a_premise():
     import pandas as pd
 
-    from privfair_cli import reproduce
+    from privfair_cli.tools import reproduce
 
     runs = pd.DataFrame({"cfg.algo.preprocessor": ["none"] * 4, "cfg.algo.generator": ["pategan"] * 2 + ["dpwgan"] * 2,
                          "aucroc": [0.5, 0.6, 0.7, 0.8], "pategan_labels": [0.0, 64.0, np.nan, np.nan]})

@@ -1,4 +1,4 @@
-"""The regression guard (`privfair reproduce NAME --check`, privfair_cli.regress): doctored comparisons fail, the
+"""The regression guard (`privfair reproduce NAME --check`, privfair_cli.tools.regress): doctored comparisons fail, the
 real one passes, and the committed comparison is never written."""
 
 import hashlib
@@ -7,10 +7,11 @@ import math
 import pandas as pd
 import pytest
 
-from privfair_cli import compose, regress
-from privfair_cli import reproduce as rp
+from privfair_cli import compose
 from privfair_cli.config import config_dir
 from privfair_cli.errors import ConfigError
+from privfair_cli.tools import regress
+from privfair_cli.tools import reproduce as rp
 from tests.conftest import needs_data
 
 COLS = rp.COLUMNS

@@ -7,8 +7,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from privfair_cli import reproduce
 from privfair_cli.errors import ConfigError
+from privfair_cli.tools import reproduce
 from tests.conftest import needs_data
 
 PUBLISHED = pd.DataFrame([
@@ -80,7 +80,8 @@ TABLE3_PUB = pd.DataFrame([
 RATIO_SPEC = {
     "table": "T3", "datasets": {"adult": "adult", "compas": "compas"}, "metrics": {"tvd_pct": "tvd", "dp_pct": "dp"},
     "algorithms": {"greedy": "greedy"}, "settings": {"eps": "eps"}, "floors": {"tvd_pct": 5, "dp_pct": 25},
-    "reasons": {"*": "why"}, "cell": {"_target_": "privfair_cli.reproduce.ratio", "denominator": "mst", "scale": 100},
+    "reasons": {"*": "why"},
+    "cell": {"_target_": "privfair_cli.tools.reproduce.ratio", "denominator": "mst", "scale": 100},
     "metrics_by_dataset": {"compas": {"dp_pct": "dp_race"}}, "key_notes": {"*_race": "audit=race"},
     "variants": [{"keys": {"dp_race": "dp"}, "label": "{metric} [{key}, sensitive=Sex]", "reason": "on Sex"}],
     "columns": {"our_metric": "key", "reading": {"dp": "a gap on Sex"}}}
@@ -229,7 +230,7 @@ def test_update_recomputes_the_cells_measured_here_and_keeps_the_committed_rest(
 
 # ------------------------------------------------------------------------------------------ figure kinds
 def test_figure_kinds_write_their_files(tmp_path):
-    from privfair_cli import plots
+    from privfair_cli.tools import plots
 
     pub = PUBLISHED.iloc[:3]
     df = pd.concat([runs("lr", 1.0, [0.80, 0.81]), runs("privlr", 1.0, [0.6, 0.7]), runs("privlr", 10.0, [0.7, 0.74])])
@@ -274,7 +275,7 @@ def test_median_cells_use_the_median_and_a_robust_spread():
 
 @pytest.mark.parametrize("block, match", [
     ("statistic: mode", "reproduce.statistic is 'mode'; allowed: mean, median"),
-    ("statistic: median, cell: {_target_: privfair_cli.reproduce.ratio, denominator: mst}",
+    ("statistic: median, cell: {_target_: privfair_cli.tools.reproduce.ratio, denominator: mst}",
      "statistic=median needs the default cell"),
 ])
 def test_bad_statistic_fails_in_one_line(tmp_path, monkeypatch, block, match):

@@ -10,10 +10,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from privfair_cli import registry, report, results, runner
+from privfair_cli import registry, results, runner
 from privfair_cli.compose import compose
 from privfair_cli.errors import ConfigError, DataError, ResultsError
 from privfair_cli.main import main
+from privfair_cli.tools import report
 from tests.conftest import needs_data
 
 

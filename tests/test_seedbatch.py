@@ -12,11 +12,12 @@ import numpy as np
 import pytest
 import torch
 
-from privfair_cli import registry, seedbatch, sweep
+from privfair_cli import registry, seedbatch
 from privfair_cli.algorithms import causal_effects as ce
 from privfair_cli.algorithms import gan
 from privfair_cli.algorithms.cfgan import CFGANModel
 from privfair_cli.threads import torch_threads
+from privfair_cli.tools import sweep
 from tests.conftest import card, needs_data
 
 SMOKE = ["algo=cfgan_te", "data=adult_cfgan", "algo.profile=smoke"]

@@ -9,10 +9,11 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from privfair_cli import compose, progress, registry, results, sweep
+from privfair_cli import compose, progress, registry, results
 from privfair_cli.errors import PrivfairError
 from privfair_cli.main import main
 from privfair_cli.threads import launcher_plan
+from privfair_cli.tools import sweep
 from tests.conftest import needs_data
 from tests.test_cli import privfair
 
@@ -324,7 +325,7 @@ def test_rich_progress_bar_renders(capsys):
 
 @needs_data("german_credit")
 def test_report_plot_draws_mean_and_band_per_algorithm(tmp_path, monkeypatch):
-    from privfair_cli import plots, report
+    from privfair_cli.tools import plots, report
 
     monkeypatch.chdir(tmp_path)
     sweep.run_inprocess(["algo=lr,privlr", "data=german", "eps=0.1,1,10,100", "seed=0,1"], tmp_path / "sw",

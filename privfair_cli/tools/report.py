@@ -14,8 +14,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from privfair_cli import plots, results
+from privfair_cli import results
 from privfair_cli.errors import PrivfairError, ResultsError
+from privfair_cli.tools import plots
 
 MAIN_METRICS = ("accuracy", "risk_difference", "dtpr", "dfpr", "tvd_1way", "tvd_2way", "edge_tpr", "edge_fpr",
                 "edge_tdr", "edge_fdr", "shd", "eps_spent")

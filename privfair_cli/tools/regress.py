@@ -33,8 +33,8 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from privfair_cli import reproduce as rp
 from privfair_cli.errors import ConfigError
+from privfair_cli.tools import reproduce as rp
 
 IDENTITY = ["table", "dataset", "algorithm", "metric"]
 TIMING = re.compile(r"runtime")  # wall-clock metrics (and ratios of them): machine-dependent, not compared

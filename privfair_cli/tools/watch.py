@@ -17,7 +17,7 @@ import os
 from pathlib import Path
 
 from privfair_cli import results
-from privfair_cli.sweep import Outcome
+from privfair_cli.tools.sweep import Outcome
 
 JOBS_DIR = ".jobs"  # <sweep dir>/.jobs/<job number>.json: one record per finished job, read by the launcher
 OUTCOME_ENV = "PRIVFAIR_SWEEP_OUTCOME"

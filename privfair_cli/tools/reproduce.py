@@ -41,23 +41,23 @@ Keys of the `reproduce:` block (REQUIRED, then optional):
   (e.g. `{"*_race": audit=race}`).
 - `cell` (`_target_` style): how a cell's number is computed from its runs, called as
   `cell(pick, algorithm, key) -> Cell` where `pick(algorithm)` gives the runs of the cell's dataset and settings.
-  Default `mean_of_runs`; `privfair_cli.reproduce.ratio` ({denominator, scale, undefined}) gives
-  `scale * mean(algorithm) / mean(denominator)` (e.g. PreFair's Greedy as % of MST); `privfair_cli.reproduce.pipeline`
-  picks a composable pipeline's runs by the published `<pre>+<gen>` name (FFPDG Tables 1-5).
-  `privfair_cli.reproduce.on_curve` ({x, level_key, level, common}) reads a number off a trade-off curve (a key at
-  the x where another key reaches a level, e.g. "Dis at the same accuracy").
+  Default `mean_of_runs`; `privfair_cli.tools.reproduce.ratio` ({denominator, scale, undefined}) gives
+  `scale * mean(algorithm) / mean(denominator)` (e.g. PreFair's Greedy as % of MST);
+  `privfair_cli.tools.reproduce.pipeline` picks a composable pipeline's runs by the published `<pre>+<gen>` name
+  (FFPDG Tables 1-5). `privfair_cli.tools.reproduce.on_curve` ({x, level_key, level, common}) reads a number off a
+  trade-off curve (a key at the x where another key reaches a level, e.g. "Dis at the same accuracy").
 - `label` (default "{metric}"): the metric label of each published cell; `variants`: extra rows after each cell,
   the same cell measured on another of our keys: a list of `{keys: {our key: other key}, label: "{metric} [..]",
   reason: text}` (`{metric}` and `{key}` are filled in).
 - `columns` ({column: {our metric key: text}, or `key`}): extra columns of comparison.csv / .md; `key` writes the
   metric key behind each cell.
-- `title`: the heading of comparison.md; `figure`: figure kinds (`privfair_cli.plots`), one mapping or a list.
+- `title`: the heading of comparison.md; `figure`: figure kinds (`privfair_cli.tools.plots`), one mapping or a list.
 - `statistic` (`mean` or `median`, default `mean`): the statistic each published cell reports over its runs (e.g.
   PreFair Fig. 8: "each cell is a median over 10 runs"); it picks the default cell function and the tolerance's
   spread. A custom `cell` computes its own number and is only allowed with `mean`.
 - `variant_of` (an experiment name): this experiment measures the same published cells as that one with another
   option (e.g. PreFair's Private-PGM estimator); the docs list it but count its cells only once, under that one.
-- `fast`: the experiment's fast subset for the regression guard (`privfair_cli.regress`): a list of overrides, or
+- `fast`: the experiment's fast subset for the regression guard (`privfair_cli.tools.regress`): a list of overrides, or
   `{skip: reason}` where no subset is fast enough.
 """
 
@@ -97,7 +97,7 @@ def published_dir() -> Path:
     from privfair_cli.config import config_dir
 
     checkout = config_dir().parent / "results" / "published"
-    return checkout if checkout.is_dir() else Path(__file__).resolve().parent / "published"
+    return checkout if checkout.is_dir() else Path(__file__).resolve().parents[1] / "published"
 
 
 def experiment_spec(name: str) -> dict:
@@ -423,7 +423,7 @@ def collect_runs(run_dirs: list[Path], spec: dict) -> pd.DataFrame:
 def sweep_run_dirs(overrides: list[str], sweep_dir: Path) -> list[Path]:
     """The run folder of every job of the sweep `overrides` (where `run_inprocess` writes it)."""
     from privfair_cli.compose import expand, job_config
-    from privfair_cli.sweep import run_dir_of
+    from privfair_cli.tools.sweep import run_dir_of
 
     return [run_dir_of(sweep_dir, job_config(job), job) for job in expand(overrides)]
 
@@ -461,7 +461,7 @@ def table(comparison: pd.DataFrame, spec: dict) -> pd.DataFrame:
 
 def write(comparison: pd.DataFrame, out: Path, title: str) -> None:
     results.atomic_write(out / "comparison.csv", comparison.to_csv(index=False, float_format="%.4f"))
-    from privfair_cli.report import markdown
+    from privfair_cli.tools.report import markdown
 
     results.atomic_write(out / "comparison.md", f"# {title}\n\n" + markdown(
         comparison.round(4).astype(object).where(comparison.notna(), "")))
@@ -498,7 +498,7 @@ def reproduce(name: str, overrides: list[str], run: bool = True, sweep_dir: Path
     raised) and `out` (the folder it was written to). `sweep_dir` (default `runs/`) is where the runs go (the
     regression guard uses a fresh one); `jobs` runs that many side by side (`sweep.run_inprocess`);
     `update_canonical` then updates the canonical comparison with every cell the local runs measure (`update`)."""
-    from privfair_cli.sweep import run_inprocess
+    from privfair_cli.tools.sweep import run_inprocess
 
     spec = experiment_spec(name)
     root = RESULTS_ROOT / "reproduce" / name

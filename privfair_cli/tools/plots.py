@@ -3,7 +3,7 @@ for `privfair reproduce`, the trade-off plot of `privfair report --plot`, and th
 
 Figure kinds of an experiment (`reproduce.figure` in `configs/experiment/<name>.yaml`, one mapping or a list):
 
-    figure: {_target_: privfair_cli.plots.ours_vs_published, file: figure.png, metrics: [TPR, FPR, TDR]}
+    figure: {_target_: privfair_cli.tools.plots.ours_vs_published, file: figure.png, metrics: [TPR, FPR, TDR]}
 
 Each kind is called as `kind(runs, comparison, out_dir, name=<experiment>, **params)` after the comparison is
 built; `runs` holds one row per run (with `cfg.<path>` columns for the `settings` paths), `comparison` the cells
@@ -346,6 +346,13 @@ def curves(df: pd.DataFrame, path: Path, title: str = "") -> None:
 FIGURE_ARTIFACTS = ("curves.csv", "graph.json")  # what `artifact_figures` draws from
 
 
+def run_figures(folder: Path, context: str) -> list[Path]:
+    """A run's figures, where its plugin saved something to draw (`FIGURE_ARTIFACTS`); the runner's `draw`."""
+    if not any((Path(folder) / name).is_file() for name in FIGURE_ARTIFACTS):
+        return []
+    return artifact_figures(folder, context)
+
+
 def artifact_figures(folder: Path, context: str) -> list[Path]:
     """The figures of one run, drawn from the artifacts its plugin saved (algorithms draw nothing): `curves.png`
     from DP-SGD's `curves.csv`, `graph.png` from the PC family's `graph.json`. `context` says what ran (algorithm,
@@ -446,7 +453,7 @@ def artifact_curves(runs: pd.DataFrame, comparison, out_dir: Path, name: str, ar
 def audit_histogram(out_d: np.ndarray, out_d1: np.ndarray, threshold, path: Path, title: str = "",
                     labels: tuple[str, str] = ("D", "D + canary")) -> None:
     """`privfair audit`: the distributions of the audit statistic on the two neighbouring inputs, with the chosen
-    threshold (privfair_cli/audit.py)."""
+    threshold (privfair_cli/tools/audit.py)."""
     both = np.concatenate([out_d, out_d1])
     both = both[np.isfinite(both)]
     bins = np.histogram_bin_edges(both, bins=40) if both.size and np.ptp(both) > 0 else 10

@@ -33,12 +33,13 @@ def run_job(job: list[str], sweep_dir: Path) -> tuple[str, str, list[str], str]:
     """Run one job of a sweep: (status `done` | `skipped` | `failed`, its summary line or error, the run's messages,
     its folder). A failure is recorded by the runner in the folder (`failed.json`); it is returned, not raised."""
     from privfair_cli import runner
+    from privfair_cli.tools import plots
 
     cfg = job_config(job)
     run_dir = run_dir_of(sweep_dir, cfg, job)
     messages: list[str] = []
     try:
-        record = runner.run(cfg, run_dir, log=messages.append, overrides=job)
+        record = runner.run(cfg, run_dir, log=messages.append, overrides=job, draw=plots.run_figures)
     except Exception as err:  # recorded; the other jobs of the sweep still run
         return "failed", f"{' '.join(job)}: {type(err).__name__}: {err}", messages, str(run_dir)
     skipped = any(m.startswith("skip") for m in messages)
