@@ -74,6 +74,7 @@ import numpy as np
 from scipy.special import comb as ncomb
 
 from privfair_cli.errors import ConfigError, DataError
+from privfair_cli.metrics import contingency
 from privfair_cli.privacy.mechanisms import exponential, laplace
 from privfair_cli.registry import Plugin, option, register
 from privfair_cli.typed import bounds
@@ -477,7 +478,7 @@ def noisy_contingency_table(codes: np.ndarray, cats, eps: float, rng, ledger, ma
     if cells > max_cells:
         raise DataError(f"lapmech: the full table of these data has {cells:.3g} cells > algo.max_cells={max_cells}; "
                         "use fewer or coarser variables")
-    table = np.bincount(np.ravel_multi_index(codes.T, shape), minlength=cells).astype(np.float32)
+    table = contingency(codes, shape, dtype=np.float32).ravel()
     if occupied_only:
         occupied = np.flatnonzero(table)
         ledger.spend_pure("laplace", eps, 1.0, f"the {occupied.size} non-empty cells of the full contingency table "

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from privfair_cli.errors import ConfigError, DataError
+from privfair_cli.metrics import contingency
 
 log = logging.getLogger(__name__)
 MAX_NODES = 22  # exact enumeration over 2^(N-1) configurations
@@ -214,10 +215,16 @@ def as_matrix(frame, g: CausalGraph) -> np.ndarray:
 
 
 def _config(V: np.ndarray, cols: list[int]) -> np.ndarray:
+    """The configuration code of each row over the binary columns `cols` (bit b = cols[b])."""
     code = np.zeros(len(V), dtype=np.int64)
     for b, c in enumerate(cols):
         code |= V[:, c].astype(np.int64) << b
     return code
+
+
+def config_counts(V: np.ndarray, cols: list[int], weights=None) -> np.ndarray:
+    """Rows (or summed `weights`) per configuration of the binary columns `cols`, indexed by `_config`'s code."""
+    return contingency(np.asarray(V)[:, list(cols)[::-1]], (2,) * len(cols), weights).ravel()
 
 
 def conditional(V, target: int, given: list[int], weights=None, empty=None) -> np.ndarray:
@@ -225,9 +232,8 @@ def conditional(V, target: int, given: list[int], weights=None, empty=None) -> n
     estimate without the last given variable (recursively), at the bottom 0.5. `empty` (a list) collects counts."""
     w = np.ones(len(V)) if weights is None else np.asarray(weights, float)
     K = 1 << len(given)
-    code = _config(V, given)
-    n = np.bincount(code, weights=w, minlength=K)
-    n1 = np.bincount(code, weights=w * V[:, target], minlength=K)
+    n = config_counts(V, given, w)
+    n1 = config_counts(V, given, w * V[:, target])
     out = np.divide(n1, n, out=np.full(K, np.nan), where=n > 0)
     miss = ~(n > 0)
     if miss.any():
@@ -269,17 +275,19 @@ def outcome_weights(cpt: CPTs, s: int, edges) -> np.ndarray:
     C[:, others] = _all_configs(len(others))
     prob = np.ones(len(C))
 
-    def parent_code(i):
-        n, code = g.nodes[i], np.zeros(len(C), np.int64)
+    def parent_values(i):  # (configurations, parents of i), S set to s on the edges in E_pi and to 0 on the others
+        n = g.nodes[i]
+        P = np.zeros((len(C), len(g.parents[n])), np.int64)
         for b, p in enumerate(g.parents[n]):
-            col = C[:, idx[p]] if p != g.sensitive else np.full(len(C), s if (p, n) in edges else 0)
-            code |= col << b
-        return code
+            P[:, b] = C[:, idx[p]] if p != g.sensitive else (s if (p, n) in edges else 0)
+        return P
 
     for i in others:
-        p1 = cpt.tables[i][parent_code(i)]
+        P = parent_values(i)
+        p1 = cpt.tables[i][_config(P, range(P.shape[1]))]
         prob *= np.where(C[:, i] == 1, p1, 1 - p1)
-    return np.bincount(parent_code(Y), weights=prob, minlength=len(cpt.tables[Y]))
+    P = parent_values(Y)
+    return config_counts(P, range(P.shape[1]), prob)
 
 
 def interventional(cpt: CPTs, s: int, edges) -> float:
@@ -312,7 +320,7 @@ def _adjusted(V, g, W: list[str], O: list[str], o, weights) -> float:
         V, w = V[keep], w[keep]
     Wi = [idx[c] for c in W]
     y = conditional(V, idx[g.outcome], [idx[g.sensitive], *Wi], w)
-    pw = np.bincount(_config(V, Wi), weights=w, minlength=1 << len(Wi)) / w.sum()
+    pw = config_counts(V, Wi, w) / w.sum()
     codes = np.arange(1 << len(Wi))
     return float(pw @ (y[(codes << 1) | 1] - y[codes << 1]))
 
@@ -333,9 +341,7 @@ def chi2(real, other, expected: str = "two_sample") -> float:
     generated counts as the expected ones (`real`, `generated`)."""
     real, other = np.asarray(real, np.int64), np.asarray(other, np.int64)
     cols = list(range(real.shape[1]))
-    K = 1 << len(cols)
-    nr = np.bincount(_config(real, cols), minlength=K).astype(float)
-    ng = np.bincount(_config(other, cols), minlength=K).astype(float)
+    nr, ng = config_counts(real, cols), config_counts(other, cols)
     den = {"two_sample": nr + ng, "real": nr, "generated": ng}.get(expected)
     if den is None:
         raise ConfigError(f"chi2 expected={expected!r} is unknown; allowed: two_sample, real, generated")

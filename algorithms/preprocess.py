@@ -31,6 +31,7 @@ from scipy.special import logsumexp
 
 from privfair_cli.algorithms.kamiran_calders import reweighing_weights
 from privfair_cli.errors import DataError
+from privfair_cli.metrics import contingency
 
 
 @dataclass
@@ -90,8 +91,8 @@ def fairmaxent_fit(X: np.ndarray, domain: list[int], s_col: int, y_col: int, C: 
     s, y = _binary(X, s_col, "protected"), _binary(X, y_col, "label")
     n = len(X)
     grid = domain_grid(domain)
-    counts = np.bincount(np.ravel_multi_index(X.T, domain), minlength=size).astype(float)
-    n_yz = np.bincount(2 * y + s, minlength=4).astype(float)
+    counts = contingency(X, domain).ravel()
+    n_yz = contingency(np.column_stack([y, s]), (2, 2)).ravel()
     n_y = np.bincount(y, minlength=2).astype(float)
     if (n_yz == 0).any():
         raise DataError("FairMaxEnt needs every (label, protected) combination in the data; one is empty")

@@ -111,9 +111,8 @@ def group_counts(z, labels) -> dict[str, int]:
     """The four group sizes of fair_sampling.md §0 (Eqs. 4.7-4.10): G_PP = |{z=1, label=1}|, G_UP = |{z=0,
     label=1}|, G_PN = |{z=1, label=0}|, G_UN = |{z=0, label=0}|, with z = 1 the protected group and `labels` the
     true, pseudo or predicted labels."""
-    z, labels = np.asarray(z).astype(int), np.asarray(labels).astype(int)
-    counts = np.bincount(2 * z + labels, minlength=4)
-    return {name: int(counts[2 * a + b]) for (a, b), name in GROUP_NAMES.items()}
+    counts = contingency(np.column_stack([np.asarray(z).astype(int), np.asarray(labels).astype(int)]), (2, 2))
+    return {name: int(counts[a, b]) for (a, b), name in GROUP_NAMES.items()}
 
 
 def label_noise(y, y_pseudo, z) -> dict[str, float]:
@@ -172,12 +171,16 @@ def fairness_gaps(yhat, y, s, groups) -> dict[str, float]:
 REF_CODE_ACD_DIVISOR = 2
 
 
-def contingency(codes: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
-    """Counts of every cell of the table of `codes` (n x k integer codes, column j in 0..shape[j]-1): one bincount
-    over a mixed-radix index. The one place privfair counts a contingency table."""
-    codes = np.asarray(codes)
-    idx = np.ravel_multi_index(tuple(codes[:, j] for j in range(codes.shape[1])), shape)
-    return np.bincount(idx, minlength=int(np.prod(shape))).reshape(shape).astype(float)
+def contingency(codes: np.ndarray, shape: tuple[int, ...], weights=None, dtype=float) -> np.ndarray:
+    """Counts (with `weights`: summed weights) of every cell of the table of `codes` (n x k integer codes, column j
+    in 0..shape[j]-1), as an array of `shape` and `dtype`: one bincount over the mixed-radix (`np.ravel_multi_index`)
+    index, the first column most significant; k = 0 gives the one-cell total. The one place privfair counts rows
+    per cell of a joint domain."""
+    codes, shape = np.asarray(codes), tuple(int(c) for c in shape)
+    idx = (np.ravel_multi_index(tuple(codes[:, j] for j in range(codes.shape[1])), shape) if shape
+           else np.zeros(len(codes), np.intp))
+    cells = int(np.prod(shape, dtype=np.float64))
+    return np.bincount(idx, weights, minlength=cells).astype(dtype, copy=False).reshape(shape)
 
 
 def marginal(frame: pd.DataFrame, cols: tuple[str, ...], domain: dict[str, int]) -> np.ndarray:
