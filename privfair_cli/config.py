@@ -20,6 +20,27 @@ def group_options(group: str) -> list[str]:
     return sorted(p.stem for p in (config_dir() / group).glob("*.yaml"))
 
 
+# Experiments are named `<first author><year>_<table>`; the paper-named prefixes they had before still work.
+EXPERIMENT_ALIASES = {"prefair2023_": "pujol2023_", "ffpdg2023_": "xu2023_"}
+
+
+def experiment_name(name: str) -> str:
+    """The experiment an older name stands for (`prefair2023_table3` -> `pujol2023_table3`); others as given."""
+    for old, new in EXPERIMENT_ALIASES.items():
+        if name.startswith(old):
+            return new + name[len(old):]
+    return name
+
+
+def canonical_overrides(overrides: list[str]) -> list[str]:
+    """`experiment=<older name>` (also with `+`) as the experiment's name now."""
+    out = []
+    for item in overrides:
+        key, sep, value = item.partition("=")
+        out.append(f"{key}={experiment_name(value)}" if sep and key.lstrip("+") == "experiment" else item)
+    return out
+
+
 
 def load_card(name: str) -> dict:
     """The dataset card `data=<name>` as a run composes it, without Hydra: the keys every card holds

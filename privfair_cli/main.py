@@ -24,7 +24,7 @@ import traceback
 from pathlib import Path
 
 from privfair_cli import compose, results, runid, threads  # noqa: F401 (runid: the ${run_id:} resolver)
-from privfair_cli.config import config_dir, group_options
+from privfair_cli.config import canonical_overrides, config_dir, experiment_name, group_options
 from privfair_cli.errors import ConfigError, PrivfairError, ResultsError
 from privfair_cli.tools import watch
 from privfair_cli.tools.sweep import Outcome, summary_line
@@ -243,6 +243,7 @@ def cmd_report(args) -> int:
 def cmd_reproduce(args) -> int:
     from privfair_cli.tools import reproduce
 
+    args.name = experiment_name(args.name)
     names = group_options("experiment") if args.name == "all" else [args.name]
     if args.name != "all" and args.name not in group_options("experiment"):
         raise ConfigError(f"experiment {args.name!r} is unknown; allowed: all, "
@@ -395,7 +396,7 @@ def _main(argv: list[str] | None) -> int:
     debug = "--debug" in argv or os.environ.get("HYDRA_FULL_ERROR") == "1"
     argv = [a for a in argv if a != "--debug"]
     if argv and argv[0] == "run" and not {"-h", "--help"} & set(argv[1:]):
-        args = argparse.Namespace(command="run", overrides=argv[1:])  # Hydra's own flags (-m) pass through
+        args = argparse.Namespace(command="run", overrides=canonical_overrides(argv[1:]))  # Hydra's -m passes through
     else:
         args = build_parser().parse_args(argv)
     args.debug = debug

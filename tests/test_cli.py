@@ -174,3 +174,18 @@ def test_installed_package_runs_without_the_checkout(tmp_path):
     assert configs == str(tmp_path / "site" / "privfair_cli" / "configs")
     assert (Path(published) / "pflr.csv").is_file() and (Path(configs) / "hydra" / "launcher" / "slurm.yaml").is_file()
     assert json.loads((tmp_path / "out" / "metrics.json").read_text())["algo"] == "lr"
+
+
+def test_older_experiment_names_are_aliases(capsys):
+    """Experiments are `<first author><year>_<table>`; the paper-named prefixes they had still resolve."""
+    from privfair_cli.config import canonical_overrides, experiment_name, group_options
+
+    names = set(group_options("experiment"))
+    assert experiment_name("prefair2023_table3") == "pujol2023_table3" in names
+    assert experiment_name("ffpdg2023_table5") == "xu2023_table5" in names
+    assert experiment_name("xu2021_table8_2") == "xu2021_table8_2"
+    assert canonical_overrides(["-m", "+experiment=ffpdg2023_table1", "eps=1"]) == \
+        ["-m", "+experiment=xu2023_table1", "eps=1"]
+    assert all(n.split("_")[0].rstrip("0123456789") in {"xu", "zhang", "ding", "pujol"} for n in names)
+    assert main(["reproduce", "prefair2023_table3", "--no-run"]) == 0
+    assert "pujol2023_table3" in capsys.readouterr().out

@@ -47,11 +47,14 @@ FAMILIES = Path("docs") / "families"
 REPORT = Path("docs") / "reproduction.md"
 BASELINE = Path("results") / "reproduce" / "baseline.csv"
 README = Path("README.md")
-# Experiment names are `<paper>_<table>`; the paper prefix names the source. Unknown prefixes show as they are.
+# Experiment names are `<first author><year>_<table>` (config.EXPERIMENT_ALIASES keeps the older paper-named
+# prefixes working); the prefix names the source. Unknown prefixes show as they are.
 PAPERS = {
     "xu2021": "Depeng Xu, PhD thesis (2021): PFLR/PFLR* (ch. 8), PrivPC (ch. 4), DPNE (ch. 5), DPSGD-F (ch. 9)",
     "ding2020": "Ding, Zhang, Li, Wang, Yu, Pan (AAAI 2020): PDFC / ADFC",
-    "prefair2023": "Pujol, Gilad, Machanavajjhala (2023): PreFair",
+    "pujol2023": "Pujol, Gilad, Machanavajjhala (2023): PreFair",
+    "zhang2022": "Tao Zhang, PhD thesis (2022): CR-FS, fair SSL, fair sampling, adversarial fairness, early stopping",
+    "xu2023": "Weijie Xu (2023): FFPDG",
 }
 MAX_LISTED = 6  # distinct algorithms / datasets / metrics named per reason before they are only counted
 
