@@ -64,6 +64,7 @@ import numpy as np
 from scipy import stats
 
 from privfair_cli.errors import ConfigError, PrivfairError
+from privfair_cli.tools import tables
 
 OPTIONS = {  # audit.<key>: (default, what is allowed)
     "trials": (1000, "an integer >= 20: releases per dataset (half pick the threshold, half measure)"),
@@ -847,28 +848,29 @@ def collect(root: Path = ROOT) -> dict:
 
 
 def table_md(rows: list[dict]) -> str:
-    out = ["| algorithm | data | guarantee | claimed eps | delta | audit (view) | trials / canaries | empirical eps "
-           "lower bound | verdict | seconds |", "|---|---|---|---|---|---|---|---|---|---|"]
+    """The docs table: one row per audited algorithm (a not-run one with its reason)."""
+    head = ["algorithm", "data", "guarantee", "claimed eps", "delta", "audit (view)", "trials / canaries",
+            "empirical eps lower bound", "verdict", "seconds"]
+    cells = []
     for r in rows:
         if r["verdict"] == "not_run":
-            out.append(f"| {r['algo']} | {r['data']} | | | | | | | not run: {r['reason']} | |")
+            cells.append([r["algo"], r["data"], "", "", "", "", "", "", f"not run: {r['reason']}", ""])
             continue
-        n = r.get("trials") or r.get("canaries")
-        out.append(f"| {r['algo']} | {r['data']} | {r['guarantee']} | {r['eps_claimed']:.4g} | "
-                   f"{r['delta_claimed']:.3g} | {r['mode']} ({r.get('view', '-')}) | {n} | {r['eps_lb']:.3f} | "
-                   f"{r['verdict']} | {r.get('seconds', '')} |")
-    return "\n".join(out)
+        cells.append([r["algo"], r["data"], r["guarantee"], f"{r['eps_claimed']:.4g}", f"{r['delta_claimed']:.3g}",
+                      f"{r['mode']} ({r.get('view', '-')})", r.get("trials") or r.get("canaries"),
+                      f"{r['eps_lb']:.3f}", r["verdict"], r.get("seconds", "")])
+    return tables.table(head, cells)
 
 
 def render_doc(summary: dict) -> str:
     head = (DOC_HEAD.strip() + "\n\n")
     total = (f"\nTotal audit time {summary['seconds']:.0f} s (the sum of the rows, each timed on the machine "
              "and at the load where it last ran).\n")
-    mech = ["| mechanism (claim eps = 1) | delta | trials | empirical eps lower bound | verdict |",
-            "|---|---|---|---|---|"] + [f"| {r['mechanism']} | {r['delta']:g} | {r['trials']} | {r['eps_lb']:.3f} | "
-                                        f"{r['verdict']} |" for r in summary["mechanisms"]]
-    return (head + table_md(summary["rows"]) + "\n" + total + "\n" + DOC_TAIL.strip() + "\n\n" + MECH_HEAD.strip()
-            + "\n\n" + "\n".join(mech) + "\n")
+    mech = tables.table(["mechanism (claim eps = 1)", "delta", "trials", "empirical eps lower bound", "verdict"],
+                        [[r["mechanism"], f"{r['delta']:g}", r["trials"], f"{r['eps_lb']:.3f}", r["verdict"]]
+                         for r in summary["mechanisms"]])
+    return (head + table_md(summary["rows"]) + total + "\n" + DOC_TAIL.strip() + "\n\n" + MECH_HEAD.strip()
+            + "\n\n" + mech)
 
 
 MECH_HEAD = """

@@ -33,6 +33,8 @@ from pathlib import Path
 import pandas as pd
 from omegaconf import OmegaConf
 
+from privfair_cli.tools.tables import row
+
 VERDICTS = ("match", "deviates", "substitute", "not_run")
 LABELS = {"match": "match", "deviates": "deviates", "substitute": "substitute", "not_run": "not run"}
 NO_REASON = "(no reason recorded)"
@@ -146,9 +148,9 @@ def not_comparable_section(root: Path, exps: list[Experiment]) -> list[str]:
     if cells.empty:
         return lines
     head = ["published", "table", "cells", "metrics", "why not comparable"]
-    lines += [_row(head), _row(["---"] * len(head))]
+    lines += [row(head), row(["---"] * len(head))]
     for (published, table, kind), group in cells.groupby(["published", "table", "kind"], sort=False):
-        lines.append(_row([published, str(table), str(len(group)), _names(group["metric"], "metrics"),
+        lines.append(row([published, str(table), str(len(group)), _names(group["metric"], "metrics"),
                            NOT_COMPARABLE[kind]]))
     return lines + [""]
 
@@ -207,10 +209,6 @@ def _link(name: str, base: str) -> str:
     return f"{base}results/reproduce/{name}/comparison.md"
 
 
-def _row(cells: list[str]) -> str:
-    return "| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |"
-
-
 def _count_cells(counts: dict[str, int]) -> list[str]:
     return [str(counts[v]) if counts[v] else "" for v in VERDICTS]
 
@@ -228,7 +226,7 @@ def summary_table(exps: list[Experiment], report_link: str = "docs/reproduction.
     declare `variant_of` (the same published cells measured with another option)."""
     timed = times is not None
     head = ["experiment", "paper tables", *(LABELS[v] for v in VERDICTS), *(["wall time"] if timed else [])]
-    lines = [_row(head), _row(["---"] * len(head))]
+    lines = [row(head), row(["---"] * len(head))]
     total = dict.fromkeys(VERDICTS, 0)
     for e in exps:
         counts = _counts(e.primary)
@@ -236,9 +234,9 @@ def summary_table(exps: list[Experiment], report_link: str = "docs/reproduction.
             total[v] += 0 if e.spec.get("variant_of") else counts[v]  # a variant's cells are counted once
         name = f"[`{e.name}`]({report_link}#{_anchor(e.name)})"
         tables = ", ".join(e.tables)
-        row = _count_cells(counts) if e.cells is not None else ["", "", "", "no comparison committed"]
-        lines.append(_row([name, tables, *row, *([_duration(times.get(e.name))] if timed else [])]))
-    lines.append(_row(["**all**", f"{len(exps)} experiments", *(f"**{total[v]}**" for v in VERDICTS),
+        verdicts = _count_cells(counts) if e.cells is not None else ["", "", "", "no comparison committed"]
+        lines.append(row([name, tables, *verdicts, *([_duration(times.get(e.name))] if timed else [])]))
+    lines.append(row(["**all**", f"{len(exps)} experiments", *(f"**{total[v]}**" for v in VERDICTS),
                        *([_duration(sum(times.values()))] if timed else [])]))
     return "\n".join(lines)
 
@@ -276,10 +274,10 @@ def _experiment_section(e: Experiment) -> list[str]:
     lines += [f"Comparison: [comparison.md]({_link(e.name, '../')}) "
               f"([csv](../results/reproduce/{e.name}/comparison.csv)).", ""]
     head = ["table", "cells", *(LABELS[v] for v in VERDICTS)]
-    lines += [_row(head), _row(["---"] * len(head))]
+    lines += [row(head), row(["---"] * len(head))]
     for table in e.tables:
         part = e.primary[e.primary["table"] == table]
-        lines.append(_row([table, str(len(part)), *_count_cells(_counts(part))]))
+        lines.append(row([table, str(len(part)), *_count_cells(_counts(part))]))
     extra = e.cells[e.extra]
     if len(extra):
         counts = _counts(extra)
@@ -334,17 +332,17 @@ def family_table(root: Path, exps: list[Experiment]) -> str:
 
     head = ["family", "match before", "deviates before", "matched before", "match now", "deviates now",
             "matched now", "variants: match / deviates"]
-    lines = [_row(head), _row(["---"] * len(head))]
+    lines = [row(head), row(["---"] * len(head))]
     total = [0, 0, 0, 0]
     for family in sorted(rows):
         mb, db, mn, dn = rows[family]
         total = [t + v for t, v in zip(total, rows[family], strict=True)]
         link = f"[{family}](families/{family}.md)" if family != "other" else family
         var = variants.get(family)
-        lines.append(_row([link, str(mb), str(db), share(mb, db), str(mn), str(dn), share(mn, dn),
+        lines.append(row([link, str(mb), str(db), share(mb, db), str(mn), str(dn), share(mn, dn),
                            f"{var[0]} / {var[1]}" if var else ""]))
     mb, db, mn, dn = total
-    lines.append(_row(["**all**", f"**{mb}**", f"**{db}**", share(mb, db), f"**{mn}**", f"**{dn}**",
+    lines.append(row(["**all**", f"**{mb}**", f"**{db}**", share(mb, db), f"**{mn}**", f"**{dn}**",
                        share(mn, dn), ""]))
     return "\n".join(lines)
 
@@ -405,7 +403,7 @@ def family_summary(root: Path, exps: list[Experiment], report_link: str = "docs/
     cells, which their main experiment already counts."""
     families = experiment_families(root, exps)
     head = ["family", "experiments", *(LABELS[v] for v in VERDICTS)]
-    lines = [_row(head), _row(["---"] * len(head))]
+    lines = [row(head), row(["---"] * len(head))]
     total = dict.fromkeys(VERDICTS, 0)
     for family in sorted(set(families.values())):
         mine = [e for e in exps if families[e.name] == family]
@@ -417,8 +415,8 @@ def family_summary(root: Path, exps: list[Experiment], report_link: str = "docs/
         missing = sum(e.cells is None for e in mine)
         n = f"{len(mine)}" + (f" ({missing} without a comparison)" if missing else "")
         link = f"[{family}](docs/families/{family}.md)" if family != "other" else family
-        lines.append(_row([link, n, *_count_cells(counts)]))
-    lines.append(_row(["**all**", f"[{len(exps)}]({report_link})", *(f"**{total[v]}**" for v in VERDICTS)]))
+        lines.append(row([link, n, *_count_cells(counts)]))
+    lines.append(row(["**all**", f"[{len(exps)}]({report_link})", *(f"**{total[v]}**" for v in VERDICTS)]))
     return "\n".join(lines)
 
 
@@ -457,7 +455,7 @@ def algorithm_table(root: Path) -> str:
 
     plugins = registry.load_plugins()
     head = ["family", "task", "algorithms by guarantee", "documentation"]
-    lines = [_row(head), _row(["---"] * len(head))]
+    lines = [row(head), row(["---"] * len(head))]
     pages = family_pages(root)
     for module in registry.ALGORITHM_MODULES:
         classes = [c for _, c in sorted(plugins.items()) if c.__module__.rsplit(".", 1)[-1] == module]
@@ -470,7 +468,7 @@ def algorithm_table(root: Path) -> str:
         doc = _summary(importlib.import_module(f"privfair_cli.algorithms.{module}").__doc__)
         page = pages.get(module)
         link = f"[{Path(page).stem}]({page})" if page else f"[`algorithms/{module}.py`](algorithms/{module}.py)"
-        lines.append(_row([doc, kinds, guarantees, link]))
+        lines.append(row([doc, kinds, guarantees, link]))
     return f"{ALGORITHMS_START}\n" + "\n".join(lines) + f"\n{ALGORITHMS_END}"
 
 
@@ -488,8 +486,8 @@ def guarantee_table() -> str:
     from privfair_cli import registry
 
     head = ["algorithm", "guarantee at its defaults", "settings that change it"]
-    lines = [_row(head), _row(["---"] * len(head))]
-    lines += [_row([f"`{name}`", f"`{claim}`", note or "-"]) for name, claim, note in guarantee_rows()]
+    lines = [row(head), row(["---"] * len(head))]
+    lines += [row([f"`{name}`", f"`{claim}`", note or "-"]) for name, claim, note in guarantee_rows()]
     rules = "\n".join(f"- {rule}" for rule in registry.GENERAL_GUARANTEE_RULES)
     return (f"{GUARANTEES_START}\nFor every private algorithm:\n\n{rules}\n\n" + "\n".join(lines)
             + f"\n{GUARANTEES_END}")

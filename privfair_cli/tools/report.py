@@ -9,23 +9,16 @@ records carry one (eps-DP, (eps,delta)-DP, zCDP, heuristic, none)."""
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 import pandas as pd
 
 from privfair_cli import results
 from privfair_cli.errors import PrivfairError, ResultsError
-from privfair_cli.tools import plots
+from privfair_cli.tools import plots, tables
 
 MAIN_METRICS = ("accuracy", "risk_difference", "dtpr", "dfpr", "tvd_1way", "tvd_2way", "edge_tpr", "edge_fpr",
                 "edge_tdr", "edge_fdr", "shd", "eps_spent")
-
-
-def _fmt(mean: float, std: float) -> str:
-    if mean is None or (isinstance(mean, float) and math.isnan(mean)):
-        return "–"
-    return f"{mean:.4f}" if std is None or math.isnan(std) else f"{mean:.4f} ± {std:.4f}"
 
 
 # metrics plotted by default, those of these the runs have (classifiers, data releases, graphs)
@@ -55,8 +48,8 @@ def report(path: Path, metrics: list[str] | None = None, plot: str | None = None
     results.atomic_write(Path(path) / "summary.csv", summary.to_csv(index=False))
     display = summary[keys].copy()
     for m in metrics:
-        display[m] = [_fmt(a, b) for a, b in zip(summary[f"{m}_mean"], summary[f"{m}_std"], strict=True)]
-    results.atomic_write(Path(path) / "summary.md", markdown(display))
+        display[m] = [tables.mean_std(a, b) for a, b in zip(summary[f"{m}_mean"], summary[f"{m}_std"], strict=True)]
+    results.atomic_write(Path(path) / "summary.md", tables.table(display.columns, display.itertuples(index=False)))
     table = Table(title=f"{len(df)} runs under {path}")
     for col in display.columns:
         table.add_column(str(col), justify="right" if col in metrics or col == "runs" else "left")
@@ -85,11 +78,3 @@ def say_left_out(path: Path, skipped: list[tuple[str, str]], failed: list[dict])
         if dirs:
             print(f"{len(dirs)} run(s) under {path} {what} (failed.json): "
                   + ", ".join(dirs[:3]) + (" ..." if len(dirs) > 3 else ""))
-
-
-def markdown(df: pd.DataFrame) -> str:
-    """A GitHub-style Markdown table (no extra dependency)."""
-    cols = [str(c) for c in df.columns]
-    lines = ["| " + " | ".join(cols) + " |", "|" + "|".join("---" for _ in cols) + "|"]
-    lines += ["| " + " | ".join(str(v) for v in row) + " |" for row in df.itertuples(index=False)]
-    return "\n".join(lines) + "\n"

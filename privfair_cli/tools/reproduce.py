@@ -77,6 +77,7 @@ from omegaconf import OmegaConf
 
 from privfair_cli import results
 from privfair_cli.errors import ConfigError
+from privfair_cli.tools import tables
 
 COLUMNS = ["table", "dataset", "algorithm", "setting", "metric", "published_mean", "published_std", "ours_mean",
            "ours_std", "deviation", "tolerance", "verdict", "reason"]
@@ -461,10 +462,9 @@ def table(comparison: pd.DataFrame, spec: dict) -> pd.DataFrame:
 
 def write(comparison: pd.DataFrame, out: Path, title: str) -> None:
     results.atomic_write(out / "comparison.csv", comparison.to_csv(index=False, float_format="%.4f"))
-    from privfair_cli.tools.report import markdown
-
-    results.atomic_write(out / "comparison.md", f"# {title}\n\n" + markdown(
-        comparison.round(4).astype(object).where(comparison.notna(), "")))
+    shown = comparison.round(4).astype(object).where(comparison.notna(), "")
+    results.atomic_write(out / "comparison.md", f"# {title}\n\n" + tables.table(shown.columns,
+                                                                               shown.itertuples(index=False)))
 
 
 def draw(spec: dict, runs: pd.DataFrame, comparison: pd.DataFrame, out: Path, name: str) -> None:
@@ -557,10 +557,8 @@ def _print(name: str, comparison: pd.DataFrame) -> None:
         table.add_column(c)
     colour = {"match": "green", "deviates": "red", "substitute": "yellow", "not_run": "dim"}
     for r in comparison.itertuples(index=False):
-        pub = f"{r.published_mean:.4f}" + ("" if pd.isna(r.published_std) else f" ± {r.published_std:.4f}")
-        ours = "–" if np.isnan(r.ours_mean) else f"{r.ours_mean:.4f}" + (
-            "" if np.isnan(r.ours_std) else f" ± {r.ours_std:.4f}")
-        table.add_row(r.dataset, r.algorithm, r.setting, r.metric, pub, ours, f"{r.deviation:+.4f}",
+        table.add_row(r.dataset, r.algorithm, r.setting, r.metric, tables.mean_std(r.published_mean, r.published_std),
+                      tables.mean_std(r.ours_mean, r.ours_std), f"{r.deviation:+.4f}",
                       f"{r.tolerance:.4f}", f"[{colour[r.verdict]}]{r.verdict}[/]")
     console = Console(width=160)
     console.print(table)
