@@ -23,11 +23,12 @@ and releases a binary table with the input's columns (artifact `synthetic.csv.gz
   of every other descendant of S on its parents (A3).
 - `real_data`: the real table itself (the "Real data" rows).
 
-Metrics (any generator's release on a causal card, `release_evaluation`, added by the runner): the effects of
+Metrics (any generator's release on a causal card: evaluate.py's `causal_release`): the effects of
 `causal_effects.effect_metrics` (`total_effect`, `indirect_discrimination`, `direct_discrimination`, `ce_o1`...),
-`chi2` (two-sample, B8), and `acc_svm`, `acc_dt`, `acc_lr`, `acc_rf`: LinearSVC(C=1), DecisionTree, LogisticRegression
-(max_iter=1000), RandomForest(100) trained on the release with the 10 non-Y nodes (S included) and tested on the
-whole real table (B9). CFGAN also logs G2's own effect (`g2_effect`, the mean of its interventional samples).
+`chi2` (two-sample, B8), and `acc_svm`, `acc_dt`, `acc_lr`, `acc_rf`: the downstream LinearSVC(C=1), DecisionTree,
+LogisticRegression(max_iter=1000), RandomForest(100) of `downstream.fit_predict` trained on the release with the 10
+non-Y nodes (S included) and tested on the whole real table (B9). CFGAN also logs G2's own effect (`g2_effect`, the
+mean of its interventional samples).
 
 Deviations and choices (spec IDs):
 - B1 / B3: the candidate graph of §7.3 and the binarisation of §7.2 (card `adult_cfgan`); B2: the duplicated test
@@ -92,43 +93,6 @@ def graph_of(data) -> ce.CausalGraph:
         raise DataError(f"data={data.name}: this family needs a causal graph; use a card with `loader: causal_tables` "
                         f"and a `causal_graph:` block (e.g. adult_cfgan)")
     return ce.CausalGraph.from_spec(spec, list(data.frame.columns))
-
-
-# ---------------------------------------------------------------------------------------------- evaluation
-def _fit_predict(kind: str, X, y, w, Xt, seed: int):
-    from sklearn.ensemble import RandomForestClassifier
-    from sklearn.linear_model import LogisticRegression
-    from sklearn.svm import LinearSVC
-    from sklearn.tree import DecisionTreeClassifier
-
-    if len(np.unique(y)) < 2:
-        return np.full(len(Xt), int(y[0]) if len(y) else 0)
-    model = {"svm": lambda: LinearSVC(C=1.0), "dt": lambda: DecisionTreeClassifier(random_state=seed),
-             "lr": lambda: LogisticRegression(max_iter=1000),
-             "rf": lambda: RandomForestClassifier(n_estimators=100, random_state=seed, n_jobs=1)}[kind]()
-    return model.fit(X, y, sample_weight=w).predict(Xt)
-
-
-def _distinct(V: np.ndarray):
-    rows, counts = np.unique(V, axis=0, return_counts=True)
-    return rows, counts.astype(float)
-
-
-def release_evaluation(real, synth: pd.DataFrame, seed: int = 0, te_estimator: str = "adjust",
-                       chi2_expected: str = "two_sample") -> dict[str, float]:
-    """Effects, chi^2 and the four classifiers' accuracy on the real table (spec §4) of a released binary table."""
-    g = ce.CausalGraph.from_spec(real.meta["causal_graph"], list(real.frame.columns))
-    Vr, Vs = ce.as_matrix(real.frame, g), ce.as_matrix(synth, g)
-    out = ce.effect_metrics(synth, g, te_estimator)
-    out["chi2"] = ce.chi2(Vr, Vs, chi2_expected)
-    y = g.index[g.outcome]
-    feats = [i for i in range(len(g.nodes)) if i != y]
-    rows, w = _distinct(Vs)
-    test_rows, test_w = _distinct(Vr)
-    for kind in ("svm", "dt", "lr", "rf"):
-        pred = _fit_predict(kind, rows[:, feats], rows[:, y], w, test_rows[:, feats], seed)
-        out[f"acc_{kind}"] = float(((pred == test_rows[:, y]) * test_w).sum() / test_w.sum())
-    return out
 
 
 # ---------------------------------------------------------------------------------------------- CFGAN
@@ -491,8 +455,7 @@ def _squared_mass(cpt: ce.CPTs) -> np.ndarray:
     for i in others:
         p1 = cpt.tables[i][ce._config(C, [idx[p] for p in g.parents[g.nodes[i]]])]
         prob *= np.where(C[:, i] == 1, p1, 1 - p1)
-    code = ce._config(C, [idx[p] for p in g.parents[g.outcome]])
-    return np.bincount(code, weights=prob**2, minlength=len(cpt.tables[Y]))
+    return ce.config_counts(C, [idx[p] for p in g.parents[g.outcome]], prob**2)
 
 
 def ancestral_sample(cpt: ce.CPTs, n: int, rng: np.random.Generator, fixed: np.ndarray | None = None,

@@ -203,6 +203,7 @@ class _CorrelatedDP(Plugin):
     """Shared by the four plugins: data, preparation, the release on a feature set and its metrics."""
 
     kind = "classifier"
+    evaluation = "correlated_release"
     needs = ("binary_label", "features")
     mechanisms = ("laplace",)
     guarantee = "heuristic"  # the seed's selection steps and Theta are not accounted (module docstring)
@@ -350,19 +351,22 @@ class _CorrelatedDP(Plugin):
             return float((x @ self.W[0])[0] * (1 if int(canary["y"]) == 1 else -1))
         return float(self.noisy[0].sum())
 
-    def evaluate(self, train, test, rng) -> dict[str, float]:
+    def model_predictions(self, X) -> tuple[np.ndarray, np.ndarray] | None:
+        """For the model tasks: 0/1 predictions on X of every released model draw (rows x draws) and of the
+        non-private model (evaluate.correlated_release); None for the query tasks."""
+        if self.cfg.task not in MODEL_TASKS:
+            return None
+        Xd = design(2.0 * np.asarray(X, dtype=float)[:, self.final] - 1.0, self.cfg.intercept)
+        return (Xd @ self.W.T >= 0), (Xd @ self.w[None, :].T >= 0)[:, 0]
+
+    def extra_metrics(self) -> dict[str, float]:
+        """The feature counts per step, kappa and eps of the release, and for the query tasks the answers' errors
+        (`mae`, its std over draws, the expected kappa Delta / eps2)."""
         out = {f"n_features_{k}": float(v) for k, v in self.stages.items()}
         out |= {"n_features": float(len(self.final)), "kappa": float(self.kappa_release), "theta0": self.theta0,
                 "eps_release": float(min(self.eps2, 1.7976931348623157e308))}
         out |= {f"{k}_final": v for k, v in self.final_kappas.items()}
-        out["n_records"] = float(len(train) + len(test))
-        if self.cfg.task in MODEL_TASKS:
-            Xt = design(2.0 * np.asarray(test.X, dtype=float)[:, self.final] - 1.0, self.cfg.intercept)
-            yt = np.where(np.asarray(test.y) == 1, 1, -1)
-            acc = accuracies(Xt, yt, self.W)
-            out |= {"accuracy": float(acc.mean()), "accuracy_std": float(acc.std()),
-                    "accuracy_nonprivate": float(accuracies(Xt, yt, self.w[None, :])[0])}
-        else:
+        if self.cfg.task not in MODEL_TASKS:
             out |= {"mae": float(self.errors.mean()), "mae_std": float(self.errors.mean(1).std()),
                     "mae_expected": float(self.kappa_release * self.query_delta / self.eps2)
                     if self.private and not math.isinf(self.eps2) else 0.0}
@@ -556,7 +560,7 @@ class CRFS(_CorrelatedDP):
         return {"mae2": float(self.errors[:, inb].mean()) if inb.any() else float("nan")}
 
     def extra_metrics(self) -> dict[str, float]:
-        return {"eps1": float(min(self.eps1, 1.7976931348623157e308)),
+        return super().extra_metrics() | {"eps1": float(min(self.eps1, 1.7976931348623157e308)),
                 "eps1_charged": float(min(self.eps1_charged, 1.7976931348623157e308)),
                 "delta_h": float(self.delta_h), "importance_fits": float(self.importance_fits)} | (
                     {"n_features_corr_stable": float(self.corr_stable)} if getattr(self, "curve", None) else {})

@@ -201,6 +201,7 @@ class DPSGDEarlyStopping(XuSGD):
     """`dpsgd` with the per-epoch history and the four stopping rules applied to it (see the module docstring)."""
 
     Config = EarlyStoppingConfig
+    metric_sets = ("stopping_rules",)
     needs = ("label", "binary_label", "features|tokens", "sensitive")
     guarantee = "heuristic"
     guarantee_note = "always heuristic: the stop epoch is read off noise-free scores of held-out private rows"
@@ -230,7 +231,8 @@ class DPSGDEarlyStopping(XuSGD):
                           self.cfg.fa_window)
 
     def stops(self) -> list[dict]:
-        """One row per (rule, fairness metric): stop epoch, its test accuracy / gap, AFP and eps."""
+        """One row per (rule, fairness metric): stop epoch, its test accuracy / gap, AFP and eps (after the
+        evaluation has recorded the test history; kept as `stop_rows` for the artifacts)."""
         val, test, eps = self.history.sets["validation"], self.history.sets["test"], self.history.eps
         rules = [(name, name, f, None) for name, f in STOPPING_RULES.items()]
         rules += [(f"es_sc1_b{b:g}", "es_sc1", STOPPING_RULES["es_sc1"], b) for b in self.cfg.beta1_sweep]
@@ -246,15 +248,8 @@ class DPSGDEarlyStopping(XuSGD):
                              "discrimination": g, "afp": afp(a, g, t), "eps": float(eps[t - 1]),
                              "validation_accuracy": float(val["accuracy"][t - 1]),
                              "validation_discrimination": float(val[gap][t - 1])})
+        self.stop_rows = rows
         return rows
-
-    def evaluate(self, train, test, rng) -> dict[str, float]:
-        out = super().evaluate(train, test, rng)  # also watches the test set epoch by epoch
-        self.stop_rows = self.stops()
-        for r in self.stop_rows:
-            for metric in ("stop_epoch", "accuracy", "discrimination", "afp", "eps"):
-                out[f"{r['rule']}_{metric}_{r['fairness']}"] = float(r[metric])
-        return out
 
     def artifacts(self, run_dir) -> None:
         import pandas as pd

@@ -87,7 +87,6 @@ from scipy import special
 
 from privfair_cli.errors import ConfigError, DataError
 from privfair_cli.memo import Memo
-from privfair_cli.metrics import GroupRates
 from privfair_cli.registry import Plugin, register
 from privfair_cli.typed import bounds, typed
 
@@ -704,19 +703,13 @@ def WStep(X: np.ndarray, sets: list[tuple], cfg):  # noqa: N802  (a factory: the
     return (ParametricWStep if len(X) <= PARAMETRIC_ROWS else LargeWStep)(X, sets, cfg)
 
 
-# ---------------------------------------------------------------------------------------------- metrics
-def discrimination(y: np.ndarray, yhat: np.ndarray, s: np.ndarray) -> dict[str, float]:
-    """§0.3 gaps between the groups from the shared GroupRates: DI (positive rate), OMR (error rate), FPR, FNR."""
-    gr = GroupRates(np.asarray(y).astype(int), np.asarray(yhat).astype(int), np.asarray(s).astype(int))
-    return {"dis_di": abs(gr.difference("positive_rate")), "dis_omr": abs(gr.difference("accuracy")),
-            "dis_fpr": abs(gr.difference("fpr")), "dis_fnr": abs(gr.difference("tpr"))}
-
-
 # ---------------------------------------------------------------------------------------------- plugins
 class _FairLinear(Plugin):
-    """Shared by the four plugins: standardisation, prediction, the N/A evaluation."""
+    """Shared by the four plugins: standardisation, prediction, the solver's status (`failed`: the evaluation,
+    `evaluate.fair_linear`, is N/A)."""
 
     kind = "semi_supervised"
+    evaluation = "fair_linear"
     private = False
     guarantee = "none"
     Config = FairLinearConfig
@@ -752,18 +745,8 @@ class _FairLinear(Plugin):
             self.warn(f"{self.name}: the w-step solver ended with status {sol.status!r}: accuracy and "
                       f"discrimination are N/A (spec §8.9)")
 
-    def evaluate(self, train, test, rng) -> dict[str, float]:
-        labelled = train.meta["row_labelled"]
-        out = {"n_labelled": int(labelled.sum()), "n_unlabelled": int((~labelled).sum()),
-               "solver_ok": float(self.failed is None), "solver_solves": float(len(self.statuses))}
-        if self.failed is not None:
-            nan = float("nan")
-            return out | {"accuracy": nan, "discrimination": nan} | {f"dis_{f}": nan for f in FAIRNESS}
-        yhat = self.predict(test.X)
-        gaps = discrimination(test.y, yhat, test.s)
-        out |= {"accuracy": float(np.mean(yhat == np.asarray(test.y).astype(int)))} | gaps
-        out["discrimination"] = gaps[f"dis_{self.cfg.fairness}"]
-        return out
+    def extra_metrics(self) -> dict[str, float]:
+        return {"solver_ok": float(self.failed is None), "solver_solves": float(len(self.statuses))}
 
 
 class _Zafar(_FairLinear):
@@ -870,11 +853,11 @@ class FairSSLLR(_FairLinear):
         return float(loss + self.cfg.alpha * graph.smoothness(y))
 
     def extra_metrics(self) -> dict[str, float]:
-        return {"unlabelled_used": float(len(self.y_u)), "zero_degree_fraction": self.zero_degree,
-                "sigma": float(self.sigma),
-                "ridge_used": float(self.ridge_used), "outer_iterations": float(self.outer),
-                "graph_seconds": float(self.graph_seconds),
-                "y_u_positive_rate": float(self.y_u.mean()) if len(self.y_u) else float("nan")}
+        return super().extra_metrics() | {
+            "unlabelled_used": float(len(self.y_u)), "zero_degree_fraction": self.zero_degree,
+            "sigma": float(self.sigma), "ridge_used": float(self.ridge_used), "outer_iterations": float(self.outer),
+            "graph_seconds": float(self.graph_seconds),
+            "y_u_positive_rate": float(self.y_u.mean()) if len(self.y_u) else float("nan")}
 
 
 @register

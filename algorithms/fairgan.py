@@ -21,12 +21,14 @@ zero-gradient Adam step (only the L2 decay moves their weights), as when the ter
 `profile: full` runs the epochs of the config (the spec's 200 / 2000 / 2000 at batch 100); `fast` is spec §11's
 CPU profile (batch 500, 50 / 150 / 150 epochs); `smoke` is 5 epochs per phase at batch 100 (tests, CI).
 
-Metrics (spec §7, the published keys; every group rate through `metrics.GroupRates`): `rd_data` (the released
+Metrics (spec §7, the published keys; computed by evaluate.py, metric sets `fair_data` for the generators, `rd_clf`
+and `real_data` for the classifiers; every group rate through `metrics.GroupRates`): `rd_data` (the released
 table's own P(y=1|s=1) - P(y=1|s=0)), `ber` (LinearSVC(C=1) predicting s from x, fitted and scored on the released
 table, `ber_eval: same`, or fitted on it and scored on the real table, `real`), `dist_xy` / `dist_xys`
 (`metrics.pmf_distance`: L2 distance of the row PMFs, cells = distinct rows), and of the generator's classifier on
-the real data: `rd_clf`, `accuracy`, `dtpr`, `dfpr` (eta for FairGAN+ / ACGAN; for FairGAN, LogisticRegression
-(max_iter=2000) trained on its synthetic (x, y), C3). Plus the generic release metrics (`tvd_1way`, ...).
+the real data: `rd_clf`, `accuracy`, `dtpr`, `dfpr` (eta for FairGAN+ / ACGAN; for FairGAN, the downstream
+LogisticRegression(max_iter=2000) of `downstream.fit_predict` trained on its synthetic (x, y), C3). Plus the
+generic release metrics (`tvd_1way`, ...).
 The released table is the run's artifact `synthetic.csv.gz`: the input's discrete view, same columns and codes.
 
 Encoding: x is the one-hot of every attribute of the card's discrete view except the sensitive and label
@@ -72,7 +74,7 @@ import pandas as pd
 import torch
 import torch.nn.functional as F
 
-from privfair_cli import metrics, seedbatch
+from privfair_cli import seedbatch
 from privfair_cli.algorithms import gan
 from privfair_cli.errors import DataError
 from privfair_cli.registry import Plugin, register, variants
@@ -146,6 +148,11 @@ class Encoding:
             out[np.arange(len(frame)), offset + frame[col].to_numpy(np.int64)] = 1
             offset += k
         return out
+
+    def xys(self, frame: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The one-hot x and the 0/1 y and s of a table in this encoding."""
+        y = (frame[self.label].to_numpy() == self.y_codes[1]).astype(int)
+        return self.onehot(frame), y, (frame[self.sensitive].to_numpy() == self.s_codes[1]).astype(int)
 
     def frame(self, codes: np.ndarray, y: np.ndarray, s: np.ndarray) -> pd.DataFrame:
         cols = {a: codes[:, i] for i, a in enumerate(self.attributes)}
@@ -391,47 +398,12 @@ def discretise(v: np.ndarray, groups: list[int], how: str, rng: np.random.Genera
     return out
 
 
-# ---------------------------------------------------------------------------------------------- metrics
-def data_metrics(Xs, ys, ss, Xr, yr, sr, ber_eval: str = "same") -> dict[str, float]:
-    """Spec §7 data metrics of a table (Xs, ys, ss) against the real one: rd_data, ber, dist_xy, dist_xys."""
-    from sklearn.svm import LinearSVC
-
-    ys, ss = np.asarray(ys).astype(int), np.asarray(ss).astype(int)
-    out = {"rd_data": metrics.GroupRates(ys, ys, ss).difference("positive_rate")}
-    if len(np.unique(ss)) < 2:
-        out["ber"] = float("nan")
-    else:
-        svm = LinearSVC(C=1.0).fit(Xs, ss)
-        Xe, se = (Xs, ss) if ber_eval == "same" else (Xr, np.asarray(sr).astype(int))
-        out["ber"] = metrics.ber(se, svm.predict(Xe))
-    real_xy = np.column_stack([Xr, yr])
-    synth_xy = np.column_stack([Xs, ys])
-    out["dist_xy"] = metrics.pmf_distance(real_xy, synth_xy)
-    out["dist_xys"] = metrics.pmf_distance(np.column_stack([real_xy, sr]), np.column_stack([synth_xy, ss]))
-    return out
-
-
-def classifier_metrics(y, yhat, s) -> dict[str, float]:
-    """Spec §7 classifier metrics on the real data: rd_clf, accuracy, dtpr, dfpr (+ the generic ones)."""
-    out = metrics.classification(y, yhat, s)
-    return out | {"rd_clf": out["risk_difference"]}
-
-
-def fit_lr(X, y):
-    from sklearn.linear_model import LogisticRegression
-
-    if len(np.unique(y)) < 2:
-        const = int(np.asarray(y)[0]) if len(y) else 0
-        return lambda Z: np.full(len(Z), const)
-    model = LogisticRegression(max_iter=2000).fit(X, y)
-    return lambda Z: model.predict(Z).astype(int)
-
-
 # ---------------------------------------------------------------------------------------------- plugins
 class FairGANGenerator(Plugin):
     """The family's generators (fairgan, fairgan_plus_dp / eo / eop, acgan): one model, flags from the config."""
 
     kind = "generator"
+    metric_sets = ("fair_data",)
     needs = ("discrete", "sensitive", "binary_label")
     private = False
     guarantee = "none"
@@ -474,27 +446,12 @@ class FairGANGenerator(Plugin):
         self.synthetic = self.enc.frame(codes, y, s)
         return self.synthetic
 
-    def classify(self, X_real, frame_synth) -> np.ndarray:
-        """The run's classifier on the real x: eta (FairGAN+ / ACGAN), else LR trained on the synthetic (x, y)."""
-        if self.model.eta is not None:
-            return (self.model.eta_proba(X_real)[self.member] >= 0.5).astype(int)
-        Xs = self.enc.onehot(frame_synth)
-        ys = (frame_synth[self.enc.label].to_numpy() == self.enc.y_codes[1]).astype(int)
-        return fit_lr(Xs, ys)(X_real)
-
-    def evaluate(self, train, test, rng) -> dict[str, float]:
-        t0 = time.perf_counter()
-        synth = self.sample(len(train), rng)
-        runtime = self.fit_seconds + time.perf_counter() - t0
-        Xs = self.enc.onehot(synth)
-        ys = (synth[self.enc.label].to_numpy() == self.enc.y_codes[1]).astype(int)
-        ss = (synth[self.enc.sensitive].to_numpy() == self.enc.s_codes[1]).astype(int)
-        Xr = self.enc.onehot(train.frame)
-        out = data_metrics(Xs, ys, ss, Xr, train.y, train.s, self.cfg.ber_eval)
-        Xt = self.enc.onehot(test.frame)
-        out |= classifier_metrics(test.y, self.classify(Xt, synth), test.s)
-        out |= metrics.release_metrics(train.frame, synth, train.domain)
-        return out | {"runtime": runtime, "n_synthetic": len(synth), "x_dims": self.enc.dim}
+    def eta_predict(self, X) -> np.ndarray | None:
+        """The co-trained classifier eta's 0/1 predictions on the one-hot X (FairGAN+ / ACGAN), None without one
+        (FairGAN: the evaluation trains downstream LR on the release, C3)."""
+        if self.model.eta is None:
+            return None
+        return (self.model.eta_proba(X)[self.member] >= 0.5).astype(int)
 
     def artifacts(self, run_dir) -> None:
         run_dir = Path(run_dir)
@@ -527,12 +484,10 @@ class LRRealConfig:
 
 class _RealClassifier(Plugin):
     kind = "classifier"
+    metric_sets = ("rd_clf",)
     needs = ("label", "features", "sensitive")
     private = False
     guarantee = "none"
-
-    def evaluate(self, train, test, rng) -> dict[str, float]:
-        return classifier_metrics(test.y, self.predict(test.X), test.s)
 
 
 @register
@@ -542,6 +497,7 @@ class LRReal(_RealClassifier):
 
     name = "lr_real"
     Config = LRRealConfig
+    metric_sets = ("rd_clf", "real_data")
 
     def fit(self, data, budget, ledger, rng, device="cpu"):
         from sklearn.linear_model import LogisticRegression
@@ -554,10 +510,6 @@ class LRReal(_RealClassifier):
 
     def predict_proba(self, X):
         return self.model.predict_proba(X)[:, 1]
-
-    def evaluate(self, train, test, rng):
-        real = data_metrics(train.X, train.y, train.s, train.X, train.y, train.s)
-        return super().evaluate(train, test, rng) | {"rd_data": real["rd_data"], "ber": real["ber"]}
 
 
 @dataclass(frozen=True)

@@ -12,10 +12,11 @@ Steps (§1) on the card's discrete view (Adult and COMPAS in the small domains o
 `data=compas_ffpdg`): 1-3 the FairMaxEnt domain is the card's discrete view, whose records are their own keys;
 2 FairMaxEnt samples n rows; 4-9 RON-Gauss (class-wise GMM) releases n' = n rows. Reweighing feeds a generator by
 a weighted resample of n rows (§4.1); with generator `none` its weights go to the classifiers (F17).
-Evaluation (`evaluate`, §7): the eight scikit-learn classifiers of `downstream.panel_metrics` trained on the
-release and tested on the real test split (`aucroc` = max AUC, `dsp`, `deo` = means), `lrd`
-(`metrics.lrd`, the release against the real training rows), TVD / ACD (`metrics.release_metrics`), `runtime`
-(the release's wall clock, evaluation apart); the release is the run artifact `synthetic.csv.gz`.
+Evaluation (§7; evaluate.py, the generator evaluation and the metric set `classifier_panel`): the eight
+scikit-learn classifiers of `downstream.panel_metrics` trained on the release and tested on the real test split
+(`aucroc` = max AUC, `dsp`, `deo` = means), `lrd` (`metrics.lrd`, the release against the real training rows),
+TVD / ACD (`metrics.release_metrics`), `runtime` (the release's wall clock and its sampling, evaluation apart); the
+release is the run artifact `synthetic.csv.gz`.
 
 Privacy. Every noisy release is a Laplace release through the ledger: eps_mu + eps_sigma = eps (+ eps_count with
 noisy class counts). `claims()`: the seed's pipeline is NOT end-to-end DP (FairMaxEnt reads the raw data, the
@@ -60,7 +61,6 @@ from typing import Literal
 import numpy as np
 import pandas as pd
 
-from privfair_cli import downstream, metrics
 from privfair_cli.algorithms import dpwgan, pategan, preprocess, ron_gauss
 from privfair_cli.errors import ConfigError, DataError
 from privfair_cli.registry import Plugin, option, register
@@ -142,6 +142,7 @@ class FFPDG(Plugin):
                       "ron_gauss algo.class_counts=noisy, binary_decoding=onehot, cov_sensitivity=safe, for the GANs "
                       "dpwgan or pategan_bound=data_independent; algo.generator=none: none")
     Config = FFPDGConfig
+    metric_sets = ("classifier_panel",)
 
     @classmethod
     def requirements(cls, cfg=None) -> tuple[str, ...]:
@@ -257,33 +258,9 @@ class FFPDG(Plugin):
     def sample(self, n, rng) -> pd.DataFrame:
         return pd.DataFrame(self.release[:n], columns=self.columns)
 
-    def evaluate(self, train, test, rng) -> dict[str, float]:
-        """ffpdg.md §7 on the release (module docstring)."""
-        cfg = self.cfg
-        self.synthetic = self.sample(self.n_rows(), rng)
-        feats = [j for j in range(len(self.columns)) if j != self.y_col]
-        dom = [self.domain[j] for j in feats]
-        enc = lambda Z: preprocess.features(Z[:, feats], dom)  # noqa: E731
-        test_X = test.frame.to_numpy(np.int64)
-        names = [cfg.classifiers] if isinstance(cfg.classifiers, str) else list(cfg.classifiers)
-        out = downstream.panel_metrics(enc(self.release), self.release[:, self.y_col], self.weights,
-                                       enc(test_X), np.asarray(test.y).astype(int), np.asarray(test.s).astype(int),
-                                       names, rng, cfg.compress_rows)
-        out |= metrics.release_metrics(train.frame, self.synthetic, train.domain)
-        real = preprocess.features(train.frame.to_numpy(np.int64), self.domain)
-        out["lrd"] = metrics.lrd(real, preprocess.features(self.release, self.domain), rng, cfg.lrd_folds)
-        y_rel = self.release[:, self.y_col]
-        if self.s_col is not None:
-            s_rel = self.release[:, self.s_col]
-            if len(np.unique(s_rel)) == 2 and y_rel.any():
-                out["statistical_rate"] = preprocess.statistical_rate(y_rel, s_rel)
-                out["representation_rate"] = preprocess.representation_rate(s_rel)
-        if hasattr(self, "pategan_labels"):
-            out["pategan_labels"] = float(self.pategan_labels)
-        return out | {"runtime": self.fit_seconds, "n_synthetic": float(len(self.release))}
-
     def extra_metrics(self) -> dict[str, float]:
-        return {}
+        """PATE-GAN's count of released noisy labels (generator `pategan`)."""
+        return {"pategan_labels": float(self.pategan_labels)} if hasattr(self, "pategan_labels") else {}
 
     def released_table(self):
         """The released table (the run's `synthetic.csv.gz`), with the pre-processor's row weights where it

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from privfair_cli import datasets as data_lib
-from privfair_cli import registry
+from privfair_cli import evaluate, registry
 from privfair_cli.algorithms import crfs
 from privfair_cli.config import load_card
 from privfair_cli.privacy import Budget, PrivacyLedger
@@ -44,7 +44,7 @@ def run_grid(tables: dict, seeds, eps_grid) -> int:
             for algo, task, eps in cells(eps_grid):
                 plugin = registry.make(algo, task=task, eps_release=eps, eps1=1.0, noise_draws=10)
                 plugin.fit(train, Budget(math.inf), PrivacyLedger(Budget(math.inf)), np.random.default_rng(seed))
-                plugin.evaluate(train, test, rng)
+                evaluate.metrics_for(plugin, train, test, rng)
                 n += 1
     return n
 

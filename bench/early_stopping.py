@@ -20,7 +20,7 @@ import numpy as np
 from omegaconf import OmegaConf
 
 from privfair_cli import datasets as data_lib
-from privfair_cli import registry
+from privfair_cli import evaluate, registry
 from privfair_cli.privacy import Budget, PrivacyLedger
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs" / "data"
@@ -35,7 +35,7 @@ def one(algo: str, train, test, params: dict, seed: int = 0) -> tuple[float, obj
     ledger = PrivacyLedger(budget, type(plugin).accountant)
     t0 = time.perf_counter()
     plugin.fit(train, budget, ledger, np.random.default_rng(seed))
-    plugin.evaluate(train, test, np.random.default_rng(seed + 1))
+    evaluate.metrics_for(plugin, train, test, np.random.default_rng(seed + 1))
     return time.perf_counter() - t0, plugin
 
 

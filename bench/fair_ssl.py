@@ -40,7 +40,7 @@ def _have(name: str) -> bool:
 
 
 def health(seed: int = 0) -> None:
-    from privfair_cli import datasets, registry, runner, schema
+    from privfair_cli import datasets, evaluate, registry, runner, schema
     from privfair_cli.algorithms import fair_ssl
     from privfair_cli.config import load_card
     from privfair_cli.privacy import Budget
@@ -55,7 +55,7 @@ def health(seed: int = 0) -> None:
     t0 = time.perf_counter()
     runner.fit_plugin(plugin, train, Budget(1.0), np.random.default_rng(seed))
     fit_s = time.perf_counter() - t0
-    out = plugin.evaluate(train, test, None)
+    out = evaluate.metrics_for(plugin, train, test, None)
     lab = seen.y >= 0
     n_l, n_u = int(lab.sum()), int((~lab).sum())
     # the y_u solve with the kept factor vs a dense solve from scratch, on the same graph

@@ -23,7 +23,7 @@ import numpy as np
 from omegaconf import OmegaConf
 
 from privfair_cli import datasets as data_lib
-from privfair_cli import registry
+from privfair_cli import evaluate, registry
 from privfair_cli.algorithms import dpwgan, pategan, preprocess, ron_gauss
 from privfair_cli.privacy import Budget, PrivacyLedger
 
@@ -63,7 +63,7 @@ def main() -> None:
     release = float(np.median(releases))
     fit_s, sample_s, rg_s = np.median(np.array(parts), axis=0)
     t0 = time.perf_counter()
-    metrics = plugin.evaluate(table, table, np.random.default_rng(0))
+    metrics = evaluate.metrics_for(plugin, table, table, np.random.default_rng(0))
     evaluation = time.perf_counter() - t0
     print(f"adult_ffpdg: n={len(X)} |Omega|={int(np.prod(domain))} eps=1: ffpdg release {release:.3f} s median of "
           f"{REPS} (FairMaxEnt fit {fit_s:.3f} s, sampling {sample_s:.3f} s, RON-Gauss {rg_s:.3f} s); "

@@ -176,12 +176,14 @@ def downstream_metrics(synth: pd.DataFrame, test, roles: dict, settings: Release
 PANEL = ("lr", "rf", "mlp", "gnb", "gb", "bnb", "dt", "lda")  # ffpdg.md §7, scikit-learn defaults
 
 
-def panel_model(name: str, seed: int):
-    """One of the eight scikit-learn classifiers of ffpdg.md §7 with its defaults (LR with max_iter=1000)."""
-    from sklearn import discriminant_analysis, ensemble, linear_model, naive_bayes, neural_network, tree
+def panel_model(name: str, seed: int, lr_max_iter: int = 1000):
+    """A scikit-learn classifier with its defaults: one of the eight of ffpdg.md §7 (LR with max_iter=
+    `lr_max_iter`), or `svm`, LinearSVC(C=1) (cfgan.md §4)."""
+    from sklearn import discriminant_analysis, ensemble, linear_model, naive_bayes, neural_network, svm, tree
 
     return {
-        "lr": lambda: linear_model.LogisticRegression(max_iter=1000),
+        "svm": lambda: svm.LinearSVC(C=1.0),
+        "lr": lambda: linear_model.LogisticRegression(max_iter=lr_max_iter),
         "rf": lambda: ensemble.RandomForestClassifier(random_state=seed),
         "mlp": lambda: neural_network.MLPClassifier(random_state=seed),
         "gnb": lambda: naive_bayes.GaussianNB(),
@@ -190,6 +192,18 @@ def panel_model(name: str, seed: int):
         "dt": lambda: tree.DecisionTreeClassifier(random_state=seed),
         "lda": lambda: discriminant_analysis.LinearDiscriminantAnalysis(),
     }[name]()
+
+
+def fit_predict(name: str, X, y, X_test, seed: int = 0, weights=None, lr_max_iter: int = 1000) -> np.ndarray:
+    """Predictions on `X_test` of the classifier `name` (`panel_model`) trained on (X, y), with `weights` as its
+    `sample_weight`: the downstream classifiers of FairGAN (LR, C3) and CFGAN (SVM, DT, LR, RF, B9). A one-class
+    training table predicts that class."""
+    y = np.asarray(y)
+    if len(np.unique(y)) < 2:
+        return np.full(len(X_test), int(y[0]) if len(y) else 0)
+    model = panel_model(name, seed, lr_max_iter)
+    model = model.fit(X, y) if weights is None else model.fit(X, y, sample_weight=weights)
+    return model.predict(X_test).astype(int)
 
 
 def panel_metrics(X, y, weights, X_test, y_test, s_test, names, rng: np.random.Generator,

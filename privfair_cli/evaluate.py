@@ -1,6 +1,10 @@
-"""Evaluation per task kind: the one place that turns a fitted plugin into metrics. Each function gets the fitted
-plugin and the train / test tables and returns flat metric name -> number. Plugins add their own numbers through
-`extra_metrics()`.
+"""Evaluation: the one place that turns a fitted plugin into metrics (`metrics_for`). The evaluation of a plugin's
+task kind (`EVALUATORS`: each gets the fitted plugin, the train / test tables and the run's "eval" stream and returns
+flat metric name -> number), or the family evaluation the plugin names in `evaluation`; then every metric set it
+lists in `metric_sets` (`METRIC_SETS`: the metrics a family's spec adds), and `causal_release` for any release on a
+card with a causal graph; then the split's sizes and the plugin's `extra_metrics()` (numbers it computed while
+fitting). Plugins compute no test metric: they expose what they fitted (predictions, scores, the release, histories)
+and the functions here measure it.
 
 Graph runs are scored on the skeleton (`metrics.graph_recovery`, privpc.md §1.5) against the data's generating
 graph (`meta["true_adjacency"]`) or, for data without one (Adult), against the plugin's non-private reference
@@ -23,6 +27,7 @@ import json
 import os
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -184,6 +189,242 @@ def attack(plugin, train, test, rng: np.random.Generator) -> dict[str, float]:
 
 EVALUATORS = {"classifier": classifier, "generator": generator, "graph": graph, "embedding": embedding,
               "semi_supervised": semi_supervised, "attack": attack}
+METRIC_SETS: dict[str, Callable[..., dict[str, float]]] = {}
+
+
+def evaluator(name: str):
+    """Register a family evaluation that replaces its kind's (a plugin names it in `evaluation`)."""
+    def add(fn):
+        EVALUATORS[name] = fn
+        return fn
+    return add
+
+
+def metric_set(name: str):
+    """Register the metrics a family adds to its evaluation, `fn(plugin, train, test, rng, seed)` (a plugin lists
+    them in `metric_sets`)."""
+    def add(fn):
+        METRIC_SETS[name] = fn
+        return fn
+    return add
+
+
+def metrics_for(plugin, train, test, rng: np.random.Generator, seed: int = 0) -> dict[str, float]:
+    """A fitted plugin's metrics: its evaluation (its `evaluation`, else its kind's), its `metric_sets` in order
+    (`causal_release` after them for a release on a card with a causal graph), the sizes `n_train`, `n_test`, `d`,
+    and its `extra_metrics()`. `rng` is the run's "eval" stream, `seed` the run's seed (what `causal_release` seeds
+    its classifiers with)."""
+    out = EVALUATORS[plugin.evaluation or plugin.kind](plugin, train, test, rng)
+    sets = tuple(plugin.metric_sets)
+    if plugin.kind == "generator" and "causal_graph" in train.meta:
+        sets += ("causal_release",)
+    for name in sets:
+        out |= METRIC_SETS[name](plugin, train, test, rng, seed)
+    out |= {"n_train": len(train), "n_test": len(test), "d": train.d}
+    return out | plugin.extra_metrics()
+
+
+# ---------------------------------------------------------------------------------------------- family evaluations
+@evaluator("correlated_release")
+def correlated_release(plugin, train, test, rng: np.random.Generator) -> dict[str, float]:
+    """crfs.md §0.5: `n_records` and, for the model tasks (`model_predictions`), the mean and std of the test
+    accuracy over the released models' draws and the accuracy of the non-private model (the query tasks' errors
+    are fit-time numbers, the plugin's `extra_metrics()`)."""
+    out = {"n_records": float(len(train) + len(test))}
+    predicted = plugin.model_predictions(test.X)
+    if predicted is not None:
+        private, nonprivate = predicted
+        y = (np.asarray(test.y) == 1)[:, None]
+        acc = np.mean(private == y, axis=0)
+        out |= {"accuracy": float(acc.mean()), "accuracy_std": float(acc.std()),
+                "accuracy_nonprivate": float(np.mean(nonprivate[:, None] == y, axis=0)[0])}
+    return out
+
+
+@evaluator("group_accuracy")
+def group_accuracy(plugin, train, test, rng: np.random.Generator) -> dict[str, float]:
+    """dpsgd.md §5: the classifier metrics (binary labels), the accuracy of each of the plugin's K groups, the
+    cost of privacy per group against its non-private reference model (Definition 17, `cost_of_privacy`), and
+    the per-epoch history on the test rows (`plugin.watch`)."""
+    from privfair_cli.algorithms.dpsgd import group_accuracy as by_group
+
+    yhat = plugin.predict(test.X)
+    out = metrics.classification(test.y, yhat, test.s) if plugin.binary else {}
+    k = plugin.groups.of_rows(test)
+    out |= by_group(test.y, yhat, k, plugin.groups)
+    reference = plugin.reference_predict(test.X)
+    if reference is not None:
+        out |= cost_of_privacy(out, by_group(test.y, reference, k, plugin.groups), plugin.groups)
+    plugin.watch("test", test)
+    return out
+
+
+EQUAL_COST_TAU = 0.05  # dpsgd.md §5: "equal costs of privacy" when the utility-loss gap is at most tau
+
+
+def cost_of_privacy(own: dict[str, float], ref: dict[str, float], groups) -> dict[str, float]:
+    """Definition 17: accuracy (total and per group) minus the sgd model's, and the inequality in utility loss
+    between the compared groups, `equal_costs` when it is at most EQUAL_COST_TAU."""
+    out = {}
+    for key, value in ref.items():
+        out[f"sgd_{key}"] = value
+        out[key.replace("accuracy", "accuracy_diff_vs_sgd", 1)] = own[key] - value
+    if groups.compare is not None:
+        i, j = (groups.names[g] for g in groups.compare)
+        gap = abs(out[f"accuracy_diff_vs_sgd_{i}"] - out[f"accuracy_diff_vs_sgd_{j}"])
+        out["utility_loss_gap"] = gap
+        out["equal_costs"] = float(gap <= EQUAL_COST_TAU)
+    return out
+
+
+@evaluator("fair_linear")
+def fair_linear(plugin, train, test, rng: np.random.Generator) -> dict[str, float]:
+    """fair_ssl.md §0.3: the labelled / unlabelled counts, test accuracy, the four gaps between the groups
+    (`discrimination_gaps`) and `discrimination` = the one the plugin's `fairness` names; every number N/A (NaN)
+    where the plugin's w-step solver failed (`plugin.failed`, spec §8.9)."""
+    from privfair_cli.algorithms.fair_ssl import FAIRNESS
+
+    labelled = train.meta["row_labelled"]
+    out = {"n_labelled": int(labelled.sum()), "n_unlabelled": int((~labelled).sum())}
+    if plugin.failed is not None:
+        nan = float("nan")
+        return out | {"accuracy": nan, "discrimination": nan} | {f"dis_{f}": nan for f in FAIRNESS}
+    yhat = plugin.predict(test.X)
+    gaps = discrimination_gaps(test.y, yhat, test.s)
+    out |= {"accuracy": float(np.mean(yhat == np.asarray(test.y).astype(int)))} | gaps
+    out["discrimination"] = gaps[f"dis_{plugin.cfg.fairness}"]
+    return out
+
+
+def discrimination_gaps(y: np.ndarray, yhat: np.ndarray, s: np.ndarray) -> dict[str, float]:
+    """fair_ssl.md §0.3 gaps between the groups from the shared GroupRates: DI (positive rate), OMR (error rate),
+    FPR, FNR."""
+    gr = metrics.GroupRates(np.asarray(y).astype(int), np.asarray(yhat).astype(int), np.asarray(s).astype(int))
+    return {"dis_di": abs(gr.difference("positive_rate")), "dis_omr": abs(gr.difference("accuracy")),
+            "dis_fpr": abs(gr.difference("fpr")), "dis_fnr": abs(gr.difference("tpr"))}
+
+
+# ---------------------------------------------------------------------------------------------- metric sets
+@metric_set("stopping_rules")
+def stopping_rules(plugin, train, test, rng: np.random.Generator, seed: int) -> dict[str, float]:
+    """early_stopping.md: per stopping rule and fairness metric (`plugin.stops()`, read off the per-epoch
+    validation and test histories), `<rule>_{stop_epoch, accuracy, discrimination, afp, eps}_<fairness>`."""
+    out = {}
+    for r in plugin.stops():
+        for name in ("stop_epoch", "accuracy", "discrimination", "afp", "eps"):
+            out[f"{r['rule']}_{name}_{r['fairness']}"] = float(r[name])
+    return out
+
+
+@metric_set("fair_data")
+def fair_data(plugin, train, test, rng: np.random.Generator, seed: int) -> dict[str, float]:
+    """fairgan.md §7 of a FairGAN-family release (`plugin.synthetic`, one-hot through `plugin.enc`): the data
+    metrics against the real training table (`fair_data_metrics`, the plugin's `ber_eval`), and the classifier on
+    the real test rows: the generator's co-trained classifier (`plugin.eta_predict`), else downstream LR
+    (max_iter=2000) trained on the release (C3), with `rd_clf` = its risk difference; `x_dims` = the one-hot
+    width."""
+    enc = plugin.enc
+    Xs, ys, ss = enc.xys(plugin.synthetic)
+    out = fair_data_metrics(Xs, ys, ss, enc.onehot(train.frame), train.y, train.s, plugin.cfg.ber_eval)
+    Xt = enc.onehot(test.frame)
+    yhat = plugin.eta_predict(Xt)
+    if yhat is None:
+        yhat = downstream.fit_predict("lr", Xs, ys, Xt, lr_max_iter=2000)
+    out |= metrics.classification(test.y, yhat, test.s)
+    return out | {"rd_clf": out["risk_difference"], "x_dims": enc.dim}
+
+
+def fair_data_metrics(Xs, ys, ss, Xr, yr, sr, ber_eval: str = "same") -> dict[str, float]:
+    """fairgan.md §7 data metrics of a table (Xs, ys, ss) against the real one: `rd_data` (its own
+    P(y=1|s=1) - P(y=1|s=0)), `ber` (LinearSVC(C=1) predicting s from x, fitted on the table and scored on it,
+    `ber_eval: same`, or on the real table, `real`), `dist_xy`, `dist_xys` (`metrics.pmf_distance`)."""
+    from sklearn.svm import LinearSVC
+
+    ys, ss = np.asarray(ys).astype(int), np.asarray(ss).astype(int)
+    out = {"rd_data": metrics.GroupRates(ys, ys, ss).difference("positive_rate")}
+    if len(np.unique(ss)) < 2:
+        out["ber"] = float("nan")
+    else:
+        svm = LinearSVC(C=1.0).fit(Xs, ss)
+        Xe, se = (Xs, ss) if ber_eval == "same" else (Xr, np.asarray(sr).astype(int))
+        out["ber"] = metrics.ber(se, svm.predict(Xe))
+    real_xy = np.column_stack([Xr, yr])
+    synth_xy = np.column_stack([Xs, ys])
+    out["dist_xy"] = metrics.pmf_distance(real_xy, synth_xy)
+    out["dist_xys"] = metrics.pmf_distance(np.column_stack([real_xy, sr]), np.column_stack([synth_xy, ss]))
+    return out
+
+
+@metric_set("rd_clf")
+def rd_clf(plugin, train, test, rng: np.random.Generator, seed: int) -> dict[str, float]:
+    """fairgan.md §7: `rd_clf`, the classifier's risk difference on the test rows (the key the tables use)."""
+    yhat = np.asarray(plugin.predict(test.X)).astype(int)
+    rates = metrics.GroupRates(np.asarray(test.y).astype(int), yhat, np.asarray(test.s).astype(int))
+    return {"rd_clf": rates.difference("positive_rate")}
+
+
+@metric_set("real_data")
+def real_data(plugin, train, test, rng: np.random.Generator, seed: int) -> dict[str, float]:
+    """fairgan.md D1-Real: the real training table's own `rd_data` and `ber` (dist is N/A for the real data)."""
+    real = fair_data_metrics(train.X, train.y, train.s, train.X, train.y, train.s)
+    return {"rd_data": real["rd_data"], "ber": real["ber"]}
+
+
+@metric_set("classifier_panel")
+def classifier_panel(plugin, train, test, rng: np.random.Generator, seed: int) -> dict[str, float]:
+    """ffpdg.md §7 on the plugin's `release` (integer codes, `columns`, `domain`, the outcome column `y_col`, the
+    pre-processor's row `weights`): the eight classifiers of `downstream.panel_metrics` trained on it and tested
+    on the real test rows, `lrd` against the real training rows (`metrics.lrd`), and where the release has two
+    groups of the protected column `s_col` and a positive row, its `statistical_rate` and
+    `representation_rate`."""
+    from privfair_cli.algorithms import preprocess
+
+    cfg, release, domain, y_col = plugin.cfg, plugin.release, plugin.domain, plugin.y_col
+    feats = [j for j in range(len(plugin.columns)) if j != y_col]
+    dom = [domain[j] for j in feats]
+    names = [cfg.classifiers] if isinstance(cfg.classifiers, str) else list(cfg.classifiers)
+    out = downstream.panel_metrics(preprocess.features(release[:, feats], dom), release[:, y_col], plugin.weights,
+                                   preprocess.features(test.frame.to_numpy(np.int64)[:, feats], dom),
+                                   np.asarray(test.y).astype(int), np.asarray(test.s).astype(int), names, rng,
+                                   cfg.compress_rows)
+    real = preprocess.features(train.frame.to_numpy(np.int64), domain)
+    out["lrd"] = metrics.lrd(real, preprocess.features(release, domain), rng, cfg.lrd_folds)
+    y_rel = release[:, y_col]
+    if plugin.s_col is not None:
+        s_rel = release[:, plugin.s_col]
+        if len(np.unique(s_rel)) == 2 and y_rel.any():
+            out["statistical_rate"] = preprocess.statistical_rate(y_rel, s_rel)
+            out["representation_rate"] = preprocess.representation_rate(s_rel)
+    return out
+
+
+@metric_set("causal_release")
+def causal_release(plugin, train, test, rng: np.random.Generator, seed: int) -> dict[str, float]:
+    """cfgan.md §4 of any release (`plugin.synthetic`) on a card with a causal graph (`release_effects`)."""
+    return release_effects(train, plugin.synthetic, seed)
+
+
+def release_effects(real, synth: pd.DataFrame, seed: int = 0, te_estimator: str = "adjust",
+                    chi2_expected: str = "two_sample") -> dict[str, float]:
+    """cfgan.md §4 of a released binary table against the real one (`real.meta["causal_graph"]`): the effects of
+    `causal_effects.effect_metrics`, `chi2` (B8), and `acc_svm`, `acc_dt`, `acc_lr`, `acc_rf`: the downstream
+    classifiers (`downstream.fit_predict`, seeded with `seed`) trained on the release's non-Y nodes and tested on
+    the whole real table (B9), both tables collapsed to distinct rows weighted by their counts."""
+    from privfair_cli.algorithms import causal_effects as ce
+
+    g = ce.CausalGraph.from_spec(real.meta["causal_graph"], list(real.frame.columns))
+    Vr, Vs = ce.as_matrix(real.frame, g), ce.as_matrix(synth, g)
+    out = ce.effect_metrics(synth, g, te_estimator)
+    out["chi2"] = ce.chi2(Vr, Vs, chi2_expected)
+    y = g.index[g.outcome]
+    feats = [i for i in range(len(g.nodes)) if i != y]
+    rows, w = np.unique(Vs, axis=0, return_counts=True)
+    test_rows, test_w = np.unique(Vr, axis=0, return_counts=True)
+    w, test_w = w.astype(float), test_w.astype(float)
+    for kind in ("svm", "dt", "lr", "rf"):
+        pred = downstream.fit_predict(kind, rows[:, feats], rows[:, y], test_rows[:, feats], seed, weights=w)
+        out[f"acc_{kind}"] = float(((pred == test_rows[:, y]) * test_w).sum() / test_w.sum())
+    return out
 
 
 def predictions(plugin, test) -> pd.DataFrame:

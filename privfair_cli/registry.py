@@ -75,9 +75,10 @@ class Plugin:
                   (`meta["row_labelled"]`, datasets.split), the protected attribute `s` on every row.
       attack:     `attack(test, rng) -> dict` after fit: select examples of the attacked set, perturb them, return
                   the fairness before / after (adv_fairness.md).
-    `extra_metrics()` may return plugin-specific numbers (flat name -> number) for metrics.json and
-    A plugin may define `evaluate(train, test, rng) -> dict` to replace its kind's default evaluation
-    (evaluate.py), e.g. to add the metrics its family's spec asks for.
+    `extra_metrics()` may return the numbers a plugin computed while fitting (flat name -> number) for metrics.json.
+    Test metrics come from evaluate.py only: the kind's evaluation, or the family evaluation a plugin names in
+    `evaluation`, plus the metric sets it lists in `metric_sets` (evaluate.METRIC_SETS), e.g. the metrics its
+    family's spec asks for; the plugin exposes what they read (predictions, its release, histories).
     `artifacts(folder)` may write small files (weights, graphs, curves) into the folder it is given: the run's
     `artifacts/`, swapped into the run folder with the rest of the result.
     `seed_batching`: the plugin can train several seeds as one model; in a seed group of a sweep (`seedbatch`) it
@@ -101,6 +102,8 @@ class Plugin:
     Config: ClassVar[type | None] = None  # None: a plugin not yet converted to a typed config (takes **params)
     needs: ClassVar[tuple[str, ...]] = ()  # dataset views (VIEWS; "a|b" = either); () = KIND_NEEDS[kind]
     seed_batching: ClassVar[bool] = False  # trains a sweep's seeds as one model (seedbatch; `peer_noise` given)
+    evaluation: ClassVar[str | None] = None  # a family evaluation of evaluate.EVALUATORS; None: the kind's
+    metric_sets: ClassVar[tuple[str, ...]] = ()  # what the family adds to it (evaluate.METRIC_SETS)
 
     def __init__(self, cfg: Any = None, mechanism: dict | None = None, **params: Any):
         if self.Config is None:

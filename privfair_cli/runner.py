@@ -194,7 +194,7 @@ def compute(rc: schema.RunConfig, artifacts: Path, log=print, draw=None) -> dict
     timings = {}
     t0 = time.perf_counter()
     prepared = prepare(rc.data, rc.seed, log)
-    rng, table, train, test = prepared.rng, prepared.table, prepared.train, prepared.test
+    rng, train, test = prepared.rng, prepared.train, prepared.test
     timings["load"] = time.perf_counter() - t0
 
     cls = registry.get(rc.algo)
@@ -214,15 +214,7 @@ def compute(rc: schema.RunConfig, artifacts: Path, log=print, draw=None) -> dict
                              f"clipping bound too large), so its metrics would mean nothing")
 
     t2 = time.perf_counter()
-    evaluator = getattr(plugin, "evaluate", None) or (
-        lambda tr, te, r: evaluate.EVALUATORS[cls.kind](plugin, tr, te, r))
-    metrics = evaluator(train, test, rng["eval"])
-    metrics |= {"n_train": len(train), "n_test": len(test), "d": table.d}
-    metrics |= plugin.extra_metrics()
-    if "causal_graph" in table.meta and getattr(plugin, "synthetic", None) is not None and "chi2" not in metrics:
-        from privfair_cli.algorithms import cfgan  # effects and utility of any release on a causal card
-
-        metrics |= cfgan.release_evaluation(train, plugin.synthetic, rc.seed)
+    metrics = evaluate.metrics_for(plugin, train, test, rng["eval"], rc.seed)
     timings["evaluate"] = time.perf_counter() - t2
     with results.writing(artifacts):
         plugin.artifacts(artifacts)

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 import torch
 
-from privfair_cli import registry
+from privfair_cli import evaluate, registry
 from privfair_cli.algorithms import causal_effects as ce
 from privfair_cli.algorithms import cfgan
 from privfair_cli.datasets import synth_causal
@@ -271,6 +271,6 @@ def test_a1_has_no_counterfactual_effect_and_a3_reads_residuals(synth_data):
 
 
 def test_release_evaluation_of_the_real_table(synth_data):
-    out = cfgan.release_evaluation(synth_data, synth_data.frame)
+    out = evaluate.release_effects(synth_data, synth_data.frame)
     assert out["chi2"] == 0
     assert 0.5 < out["acc_lr"] <= 1 and set(out) >= {"acc_svm", "acc_dt", "acc_rf", "total_effect", "ce_o2"}

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from privfair_cli import registry
+from privfair_cli import evaluate, registry
 from privfair_cli.config import load_card
 from privfair_cli.datasets import load
 from privfair_cli.errors import BudgetExceeded, ConfigError
@@ -144,7 +144,7 @@ def test_step3_is_computed_and_charged_once(titanic, monkeypatch):
     releases = [e for e in led.entries if e.mechanism == "correlated_laplace"]
     assert len(releases) == 3 and all(e.eps == pytest.approx(0.5 * 50) for e in releases)
     assert plugin.claims() == "heuristic"
-    m = plugin.evaluate(titanic, titanic, np.random.default_rng(0))
+    m = evaluate.metrics_for(plugin, titanic, titanic, np.random.default_rng(0))
     assert m["n_features_final_adjusted_set_A"] == len(plugin.final) and m["mae"] >= 0
 
 

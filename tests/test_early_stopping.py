@@ -13,10 +13,11 @@ import pytest
 import torch
 from torch.nn.utils import vector_to_parameters
 
-from privfair_cli.algorithms import dpsgd_accounting as accounting
+from privfair_cli import evaluate
 from privfair_cli.algorithms import early_stopping as es
 from privfair_cli.algorithms.dpsgd_trainer import labels, predict_scores
 from privfair_cli.errors import ConfigError
+from privfair_cli.privacy import dpsgd as accounting
 from tests.conftest import fit
 from tests.test_dpsgd import toy_table
 
@@ -126,7 +127,7 @@ def run():
     data, test = toy_table(), toy_table(500, seed=9)
     plugin, ledger = fit("dpsgd_es", data, eps=100, delta=DELTA, seed=1, epochs=8, lr=0.5, C=1.0,
                          n_start=3, window=5, beta1=0.01, beta1_sweep=[0.01, 0.5])
-    metrics = plugin.evaluate(data, test, np.random.default_rng(0))
+    metrics = evaluate.metrics_for(plugin, data, test, np.random.default_rng(0))
     return plugin, ledger, metrics, test
 
 
@@ -176,7 +177,7 @@ def test_eodds_aggregation_options():
     h = {}
     for agg in ("mean", "max", "sum"):
         p, _ = fit("dpsgd_es", data, eps=100, delta=DELTA, seed=1, epochs=3, lr=0.5, C=1.0, eodds_agg=agg)
-        p.evaluate(data, test, np.random.default_rng(0))
+        evaluate.metrics_for(p, data, test, np.random.default_rng(0))
         h[agg] = p.history.sets["test"]
     a, b = h["mean"]["dtpr_abs"], h["mean"]["dfpr_abs"]
     assert h["mean"]["eodds_gap"] == pytest.approx((a + b) / 2)

@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 import torch
 
+from privfair_cli import evaluate
 from privfair_cli.algorithms.dpsgd_trainer import (
     FastText,
     MeanBag,
@@ -214,7 +215,7 @@ def test_dpsgd_es_trains_fasttext_and_reports_the_rules_at_the_accountant_eps():
     plugin, _ = fit("dpsgd_es", data, eps=100, delta=1e-5, model="fasttext", epochs=6, n_start=3, window=3,
                     lr=0.6, C=1.0, sigma=1.0, l2=0.0, batch_size=32)
     test = text_table(200, seed=5)
-    out = plugin.evaluate(data, test, np.random.default_rng(0))
+    out = evaluate.metrics_for(plugin, data, test, np.random.default_rng(0))
     assert out["accuracy"] > 0.8                         # the label token is learnt through the noise
     assert plugin.claims() == "heuristic"                # the vocabulary is read off the training texts
     assert plugin.log.weights.shape == (6, 40 + 1)       # compact history: V scores + bias per epoch

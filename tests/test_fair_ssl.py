@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from privfair_cli import datasets
+from privfair_cli import datasets, evaluate
 from privfair_cli.algorithms import fair_ssl
 from privfair_cli.errors import ConfigError, DataError
 from privfair_cli.typed import typed
@@ -269,7 +269,7 @@ def test_fair_ssl_lr_respects_the_di_constraint_on_its_scope(scope):
     sets = {"labeled": [lab], "unlabeled": [~lab], "combined": [lab, ~lab], "mixed": [np.ones_like(lab)]}[scope]
     for m in sets:
         assert abs(fair_ssl.di_vector(X[m], seen.s[m].astype(float)) @ plugin.w) <= 0.005 + 1e-6
-    out = plugin.evaluate(train, test, None)
+    out = evaluate.metrics_for(plugin, train, test, None)
     assert out["solver_ok"] == 1 and 0 <= out["discrimination"] <= 1 and out["accuracy"] > 0.5
     assert out["discrimination"] == out["dis_di"] and 1 <= plugin.outer <= 20
 
@@ -317,7 +317,7 @@ def test_runs_on_the_same_rows_share_one_factorised_graph():
 def test_other_plugins_run_and_report_their_notion(algo, fairness):
     train, test = ssl_table()
     plugin, _ = fit(algo, datasets.hide_labels(train), fairness=fairness, c=0.0 if fairness == "di" else 0.01)
-    out = plugin.evaluate(train, test, None)
+    out = evaluate.metrics_for(plugin, train, test, None)
     assert out["solver_ok"] == 1 and out["discrimination"] == out[f"dis_{fairness}"]
     assert plugin.claims() == "none"
 
@@ -325,7 +325,7 @@ def test_other_plugins_run_and_report_their_notion(algo, fairness):
 def test_a_solver_that_does_not_reach_optimal_gives_na_not_numbers():
     train, test = ssl_table()
     plugin, _ = fit("zafar_dm", datasets.hide_labels(train), c=0.0, tau=1e-9, ccp_max_iter=1)
-    out = plugin.evaluate(train, test, None)
+    out = evaluate.metrics_for(plugin, train, test, None)
     assert out["solver_ok"] == 0 and np.isnan(out["accuracy"]) and np.isnan(out["discrimination"])
     assert any("N/A" in w for w in plugin.warnings())
 

@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 import torch
 
-from privfair_cli import datasets, metrics, registry
+from privfair_cli import datasets, downstream, evaluate, metrics, registry
 from privfair_cli.algorithms import fairgan, gan
 from privfair_cli.threads import torch_threads
 from tests.conftest import fit, needs_data, table
@@ -47,7 +47,7 @@ def test_pmf_distance_agrees_with_counting():
 
 def test_data_metrics_read_group_rates():
     data = s_dependent()
-    out = fairgan.data_metrics(data.X, data.y, data.s, data.X, data.y, data.s)
+    out = evaluate.fair_data_metrics(data.X, data.y, data.s, data.X, data.y, data.s)
     assert out["rd_data"] == pytest.approx(data.y[data.s == 1].mean() - data.y[data.s == 0].mean())
     assert out["dist_xy"] == 0 and out["dist_xys"] == 0
     assert 0 < out["ber"] < 0.3  # attribute a reveals s
@@ -112,7 +112,7 @@ def test_demographic_parity_lowers_rd_against_acgan():
     rd = {}
     for algo in ("acgan", "fairgan_plus_dp"):
         plugin, _ = fit(algo, data, seed=3, **(SMALL | {"phase2_epochs": 10, "lr": 5e-3}))
-        yhat = plugin.classify(plugin.enc.onehot(data.frame), None)
+        yhat = plugin.eta_predict(plugin.enc.onehot(data.frame))
         rd[algo] = metrics.GroupRates(data.y, yhat, data.s).difference("positive_rate")
     assert rd["acgan"] > 0.3  # the unconstrained classifier follows s
     assert abs(rd["fairgan_plus_dp"]) < rd["acgan"] - 0.15
@@ -124,7 +124,7 @@ def test_adv_debias_agrees_with_fairlearn():
     fl = pytest.importorskip("fairlearn.adversarial")
     data = s_dependent(3000, seed=5)
     X, y, s = data.X, data.y, data.s
-    plain = fairgan.fit_lr(X, y)(X)
+    plain = downstream.fit_predict("lr", X, y, X, lr_max_iter=2000)
     cfg = registry.make("adv_debias", epochs=30).cfg
     w, b = fairgan.adversarial_debiasing(X, y, s, cfg, seed=0, progress=False)
     ours = ((X @ w + b) >= 0).astype(int)
