@@ -6,8 +6,8 @@ Plugins `sgd` (non-private reference, §1.1), `dpsgd` (Algorithm 1, §1.2), `dps
 - this module: the typed config (`XuSGDConfig`; defaults in `configs/algo/dpsgd.yaml`), the groups (§0), the
   plugins, evaluation (§5) and the per-epoch history;
 - `dpsgd_trainer.py`: models, per-example gradient norms, clipping rules, the training loop and its log;
-- `dpsgd_accounting.py`: the moments accountant (§2) on dp-accounting's public API, noise calibration,
-  budget matching (C5) and the ledger entries.
+- `dpsgd_accounting.py`: the noise plan (calibration, budget matching C5) and the ledger entries, on the moments
+  accountant of `privacy/dpsgd.py` (§2, dp-accounting's public API).
 
 Noise and budget. `sigma: calibrate` (the default) picks the smallest noise multiplier whose whole spend fits the
 run's eps; a number fixes it (the run refuses a budget it would overspend); `auto` takes the thesis' §3 value for
@@ -33,7 +33,7 @@ Deviations and choices (spec §7):
   is `empty_group_fraction` (one | neutral | zero; default one); `C^k = C0` for all k when `m_tilde <= 0`;
   `denominator: batch_fraction` (thesis, `m_tilde / b`) or `mean_group_fraction` (public re-implementation).
 - C3: `batch_sampling: poisson` (default, the thesis' accountant) | shuffle | fixed_uniform. The thesis charges
-  every scheme as Poisson; here each is accounted for the batches it draws (`dpsgd_accounting.Sampling`): shuffle
+  every scheme as Poisson; here each is accounted for the batches it draws (`privacy.dpsgd.Sampling`): shuffle
   without amplification (its passes compose, q = 1), fixed_uniform with the sampling-without-replacement bound,
   both for replace-one adjacency (noise multiplier sigma / 2 against the 2C change of a replaced example).
 - C5: `match_budget: thesis` removes the printed iterations (22/19/5/11/17/9, keyed by data card name, when T
@@ -94,7 +94,7 @@ import torch
 
 from privfair_cli import metrics
 from privfair_cli.algorithms import dpsgd_trainer
-from privfair_cli.algorithms.dpsgd_accounting import SIGMA_MIN, NoisePlan, Sampling, charge, epsilon_after, plan_noise
+from privfair_cli.algorithms.dpsgd_accounting import NoisePlan, charge, plan_noise
 from privfair_cli.algorithms.dpsgd_trainer import (
     BINARY_MODELS,
     CNN_INPUT,
@@ -110,6 +110,7 @@ from privfair_cli.algorithms.dpsgd_trainer import (
 from privfair_cli.datasets import cache_root, read_cache, write_cache
 from privfair_cli.errors import ConfigError
 from privfair_cli.memo import Memo
+from privfair_cli.privacy.dpsgd import SIGMA_MIN, Sampling, epsilon_after
 from privfair_cli.registry import Plugin, option, register
 from privfair_cli.threads import torch_threads
 from privfair_cli.typed import bounds

@@ -1,5 +1,5 @@
 """The one trainer of the DP-SGD family (dpsgd_f.md §1; foundations.md §2.6), shared by `sgd`, `dpsgd`,
-`dpsgd_f` and `dpsgd_naive` (plugins in `dpsgd.py`, accounting in `dpsgd_accounting.py`).
+`dpsgd_f` and `dpsgd_naive` (plugins in `dpsgd.py`, accounting in `privacy/dpsgd.py`).
 
 Every step samples a batch, computes the per-example losses and per-example gradient norms `nu_i` (all
 parameters flattened), turns them into per-example clip factors `c_i` and a noise sensitivity `C` by the

@@ -14,8 +14,8 @@ the gradient of the real-data term -D(x_i) is computed per example, clipped to L
 N(0, (sigma C)^2) is added to every coordinate (`noisy_real_gradient`), divided by the nominal batch; the fake
 term's gradient reads no private row (the generator is post-processing of earlier noisy critics). The number of
 critic steps T is fixed before training: the most steps, up to epochs x n / batch (and `max_steps` where the
-schedule caps it), whose RDP spend (`dpsgd_accounting.sampled_gaussian_rdp`, dp-accounting's Poisson-subsampled
-Gaussian, converted by `accountants.rdp_to_dp` at the run's delta) stays within eps: spec §5.1's "stop once eps
+schedule caps it), whose RDP spend (`privacy.dpsgd.steps_within`: dp-accounting's Poisson-subsampled Gaussian,
+converted by `accountants.rdp_to_dp` at the run's delta) stays within eps: spec §5.1's "stop once eps
 reaches the target" decided in advance, so the stopping time reads no data. The ledger is charged before training:
 the RDP curve (`accountant: rdp`) or its (eps, delta) conversion (`basic`). The torch noise is drawn from a
 generator seeded by the run's noise source (`own_noise_generator`: refused with privacy.secure).
@@ -41,10 +41,9 @@ import torch
 from torch import nn
 
 from privfair_cli.algorithms import gan
-from privfair_cli.algorithms.dpsgd_accounting import sampled_gaussian_rdp
 from privfair_cli.algorithms.dpsgd_trainer import SEED_BITS, PerExampleGradients
 from privfair_cli.errors import ConfigError
-from privfair_cli.privacy import accountants
+from privfair_cli.privacy.dpsgd import sampled_gaussian_rdp, steps_within
 from privfair_cli.threads import torch_threads
 
 
@@ -86,21 +85,11 @@ def plan_steps(n: int, eps: float, delta: float, s: Settings, orders, conversion
     cap = s.epochs * max(1, round(n / s.batch))
     if s.max_steps is not None:
         cap = min(cap, s.max_steps)
-    one = sampled_gaussian_rdp(q, s.sigma, 1, orders)
-
-    def spend(t: int) -> float:
-        return accountants.rdp_to_dp(orders, t * one, delta, conversion)[0]
-
-    if math.isinf(eps) or spend(cap) <= eps:
-        return cap, q, spend(cap)
-    lo, hi = 0, cap  # spend(lo) <= eps < spend(hi)
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        lo, hi = (mid, hi) if spend(mid) <= eps else (lo, mid)
-    if lo == 0:
+    T, eps_T = steps_within(q, s.sigma, cap, eps, delta, orders, conversion)
+    if T == 0:
         raise ConfigError(f"generator=dpwgan: eps={eps:g} does not cover one critic step at sigma={s.sigma:g}, "
                           f"q={q:.4g}, delta={delta:g}; raise eps or algo.dpwgan_sigma")
-    return lo, q, spend(lo)
+    return T, q, eps_T
 
 
 def charge(ledger, T: int, q: float, eps_T: float, delta: float, s: Settings) -> None:

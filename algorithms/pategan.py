@@ -11,21 +11,17 @@ random into k (`teachers`) disjoint parts; the k teacher discriminators are ONE 
 3. one generator step: the generator makes the student say "real".
 Only the teachers read private rows, and only the noisy votes leave them.
 
-Privacy: the PATE moments accountant with L (`moments`) moments, spec §5.2 (`moments_update`): per noisy label with
-gap g = |n_0 - n_1|, q = (2 + lambda g) / (4 exp(lambda g)) and for l = 1..L
-alpha[l] += min(2 lambda^2 l (l + 1), log((1 - q) ((1 - q) / (1 - e^{2 lambda} q))^l + q e^{2 lambda l}));
-eps_hat = min_l (alpha[l] + log(1 / delta)) / l. A student batch whose labels would take eps_hat beyond eps is not
-used and training stops (or after `max_rounds`); if not even the first batch fits, no label is released, the
-ledger is not charged and the release is the untrained generator's (the run warns). At the spec's lambda = 1,
-k = 10 and eps = 1 (delta = 1e-5) this is what happens: one label with unanimous teachers already gives
-eps_hat > 1 (every moment l <= L: log(1/delta) / l + alpha_l / l > 1), so the seed's PATE-GAN settings cannot
-release a label under this accountant. The ledger is charged with the final eps_hat at the run's delta
-(`basic`), or, under `accountant: rdp`, with the RDP curve alpha[l] / l at order l + 1 (orders between
-integers take the next integer's value, RDP being nondecreasing in the order; orders above L + 1 are inf).
-`bound: data_dependent` is the paper's accountant: the second term of the min reads the vote gaps of the private
-data, so eps_hat (and the stopping time) are themselves data-dependent and the run claims `heuristic`;
-`bound: data_independent` keeps only 2 lambda^2 l (l + 1) (valid for every data set): (eps, delta)-DP, but at
-lambda = 1 it affords very few labels.
+Privacy: the PATE moments accountant with L (`moments`) moments, spec §5.2 (`privacy/pate.py`: the log moments
+alpha[1..L] grow with each noisy label's vote gap; eps_hat = min_l (alpha[l] + log(1 / delta)) / l). A student batch
+whose labels would take eps_hat beyond eps is not used and training stops (or after `max_rounds`); if not even the
+first batch fits, no label is released, the ledger is not charged and the release is the untrained generator's (the
+run warns). At the spec's lambda = 1, k = 10 and eps = 1 (delta = 1e-5) this is what happens: one label with
+unanimous teachers already gives eps_hat > 1 (every moment l <= L: log(1/delta) / l + alpha_l / l > 1), so the seed's
+PATE-GAN settings cannot release a label under this accountant. The ledger is charged with the final eps_hat at the
+run's delta (`basic`), or, under `accountant: rdp`, with the moments' RDP curve (`pate.rdp_curve`).
+`bound: data_dependent` is the paper's accountant: its bound reads the vote gaps of the private data, so eps_hat (and
+the stopping time) are themselves data-dependent and the run claims `heuristic`; `bound: data_independent` keeps
+only 2 lambda^2 l (l + 1) (valid for every data set): (eps, delta)-DP, but at lambda = 1 it affords very few labels.
 
 Deviations and choices (ffpdg.md IDs):
 - §5.2 teachers: logistic regression by default (`teacher_hidden: 0`) or an MLP; the student and the generator
@@ -47,19 +43,19 @@ import torch
 from privfair_cli.algorithms import gan
 from privfair_cli.algorithms.dpsgd_trainer import SEED_BITS
 from privfair_cli.errors import ConfigError
+from privfair_cli.privacy import pate
 from privfair_cli.privacy.noise import noise_source
 from privfair_cli.threads import torch_threads
 
 
 @dataclass(frozen=True)
-class Settings(gan.GanSettings):
+class Settings(gan.GanSettings, pate.Moments):
+    """The GANs' shared settings, the moments accountant's and the teachers' and student's schedule."""
+
     teacher_hidden: int = 0
     teachers: int = 10
     teacher_iters: int = 5
     student_iters: int = 5
-    lam: float = 1.0
-    moments: int = 100
-    bound: str = "data_dependent"
     max_rounds: int | None = None
 
 
@@ -70,42 +66,10 @@ def noisy_votes(n1: np.ndarray, k: int, lam: float, rng) -> np.ndarray:
     return (noisy[:, 1] > noisy[:, 0]).astype(np.int64)
 
 
-def moments_update(gaps: np.ndarray, lam: float, moments: int, bound: str = "data_dependent") -> np.ndarray:
-    """The increase of alpha[1..L] (length L) for noisy labels with vote gaps |n_0 - n_1| = `gaps` (spec §5.2)."""
-    l = np.arange(1, moments + 1, dtype=float)[None, :]  # noqa: E741
-    indep = 2 * lam**2 * l * (l + 1)
-    if bound == "data_independent":
-        return np.broadcast_to(indep, (len(gaps), moments)).sum(0)
-    g = np.asarray(gaps, dtype=float)[:, None]
-    q = (2 + lam * g) / (4 * np.exp(lam * g))
-    denom = 1 - math.exp(2 * lam) * q
-    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        dep = np.log((1 - q) * ((1 - q) / denom) ** l + q * np.exp(2 * lam * l))
-    dep = np.where((denom > 0) & np.isfinite(dep), dep, np.inf)
-    return np.minimum(indep, dep).sum(0)
-
-
-def epsilon(alpha: np.ndarray, delta: float) -> float:
-    """eps_hat = min_l (alpha[l] + log(1/delta)) / l."""
-    l = np.arange(1, len(alpha) + 1, dtype=float)  # noqa: E741
-    return float(np.min((alpha + math.log(1 / delta)) / l))
-
-
-def rdp_curve(alpha: np.ndarray, orders) -> np.ndarray:
-    """RDP at `orders` from the moments: eps_RDP(l + 1) = alpha[l] / l; a non-integer order takes the next
-    integer's value; orders beyond L + 1 (or below 2: the value at 2) as described in the module docstring."""
-    L = len(alpha)
-    out = []
-    for a in orders:
-        m = max(2, math.ceil(a)) - 1
-        out.append(alpha[m - 1] / m if m <= L else math.inf)
-    return np.asarray(out)
-
-
 def charge(ledger, alpha: np.ndarray, eps_hat: float, delta: float, labels: int, s: Settings) -> None:
     note = f"PATE-GAN noisy votes: {labels} labels, {s.teachers} teachers, lambda={s.lam:g}, {s.bound} moments"
     if ledger.accountant == "rdp":
-        ledger.spend_rdp("pate_laplace_votes", rdp_curve(alpha, ledger.orders), note=note, labels=labels)
+        ledger.spend_rdp("pate_laplace_votes", pate.rdp_curve(alpha, ledger.orders), note=note, labels=labels)
     else:
         ledger.spend_approx("pate_laplace_votes", eps_hat, delta, sensitivity=1.0, note=note)
 
@@ -154,8 +118,8 @@ def generate(X: np.ndarray, domain: list[int], n_out: int, eps: float, delta: fl
                 with torch.no_grad():
                     u = fake(s.batch)
                     n1 = (T(u.expand(k, -1, -1))[..., 0] > 0).sum(0).numpy()
-                step_alpha = alpha + moments_update(np.abs(k - 2 * n1), s.lam, s.moments, s.bound)
-                if epsilon(step_alpha, delta) > eps:
+                step_alpha = alpha + pate.moments_update(np.abs(k - 2 * n1), s.lam, s.moments, s.bound)
+                if pate.epsilon(step_alpha, delta) > eps:
                     stop = True
                     break
                 votes = noisy_votes(n1, k, s.lam, rng)
@@ -166,7 +130,7 @@ def generate(X: np.ndarray, domain: list[int], n_out: int, eps: float, delta: fl
                 break
             gan.step(opt_g, G.parameters(), gan.bce(S(fake(s.batch)), torch.ones(1, s.batch, 1)).sum())
         if labels:  # no label released: the untrained generator reads no private row and costs nothing
-            charge(ledger, alpha, epsilon(alpha, delta), delta, labels, s)
+            charge(ledger, alpha, pate.epsilon(alpha, delta), delta, labels, s)
         with torch.no_grad():
             out = torch.cat([fake(4096)[0] for _ in range(math.ceil(n_out / 4096))])[:n_out]
             codes = gan.decode_blocks(out, domain)

@@ -161,7 +161,7 @@ def ref_code_filter(pairs: list[tuple[int, int]], roles: Roles) -> list[tuple[in
 def private_kruskal(q: np.ndarray, I: np.ndarray, J: np.ndarray, d: int, rho_sel: float, rng, ledger,
                     algo: str) -> list[tuple[int, int]]:
     """d-1 exponential-mechanism rounds over the candidate pairs joining two components (MST §3 step 5c)."""
-    eps_em = math.sqrt(8 * rho_sel / (d - 1))
+    eps_em = accountants.zcdp_exponential_eps(rho_sel, d - 1)
     comp = np.arange(d)
     edges = []
     for t in range(d - 1):
@@ -319,18 +319,6 @@ def ref_code_search(w: np.ndarray, I: np.ndarray, J: np.ndarray, d: int, roles: 
 COMPRESSION_SIGMAS = 3
 
 
-def zcdp_budget(eps: float, delta: float, conversion: str) -> float:
-    """rho for the run's (eps, delta): CKS20's exact conversion, or Thm 4 of the seed (`rdp_classic`). eps = inf is
-    the noise-free limit, rho = inf."""
-    if math.isinf(eps):
-        return math.inf
-    if conversion == "cks20":
-        return accountants.cdp_rho(eps, delta)
-    if conversion == "rdp_classic":
-        return (math.sqrt(math.log(1 / delta) + eps) - math.sqrt(math.log(1 / delta))) ** 2
-    raise ConfigError(f"algo.conversion={conversion!r} is unknown; allowed: cks20, rdp_classic")
-
-
 def histograms(X: np.ndarray, domain: list[int], cliques) -> list[np.ndarray]:
     """Count tables of the attribute sets `cliques` of the coded table X."""
     return [core_metrics.contingency(X[:, list(c)], tuple(domain[i] for i in c)) for c in cliques]
@@ -462,9 +450,9 @@ class MarginalTreeRelease(Plugin):
 
         # rho is calibrated with the accountant the run uses: its own conversion under zcdp, the largest rho whose
         # RDP curve fits the budget under budget.accountant=rdp (issue: calibrate and charge alike)
-        self.rho = zcdp_budget(budget.eps, budget.delta, self.cfg.conversion) if ledger.accountant == "zcdp" \
+        self.rho = accountants.zcdp_rho(budget.eps, budget.delta, self.cfg.conversion) if ledger.accountant == "zcdp" \
             else ledger.zcdp_left()
-        sigma = math.sqrt(3 / (2 * self.rho))  # 0 at eps = inf: no noise
+        sigma = accountants.zcdp_sigma(self.rho, 3)  # rho/3 per release at sensitivity 1; 0 at eps = inf
         # The estimator uses the measurements' variances only through their ratios, so the noise-free limit keeps
         # the ratios of sigma = 1.
         unit = sigma or 1.0
@@ -605,7 +593,7 @@ class PreFairOptimal(MarginalTreeRelease):
             w = np.maximum(noise_source(rng).add_gaussian(q, sigma_ref), 0.0)
             edges, self.expansions = ref_code_search(w, I, J, d, roles, self.cfg.max_expansions)
             return edges
-        sigma_q = math.sqrt(r / (2 * rho_sel))
+        sigma_q = accountants.zcdp_sigma(rho_sel, r)  # sensitivity sqrt(r)
         qt = gaussian_zcdp(q, math.sqrt(r), sigma_q, rng, ledger, note=f"noisy weights of {r} pairs (rho/3)")
         edges, self.expansions = best_fair_tree(qt.max() - qt, I, J, d, roles, self.cfg.max_expansions)
         return edges

@@ -18,11 +18,11 @@ from scipy.special import gammaln, logsumexp
 
 from privfair_cli import metrics, registry
 from privfair_cli.algorithms import dpsgd
-from privfair_cli.algorithms import dpsgd_accounting as accounting
 from privfair_cli.algorithms import dpsgd_trainer as trainer
 from privfair_cli.datasets import Table
 from privfair_cli.errors import BudgetExceeded, ConfigError
 from privfair_cli.privacy import accountants
+from privfair_cli.privacy import dpsgd as accounting
 from tests.conftest import card, fit, needs_data, require_data, table
 
 ROOT = Path(__file__).resolve().parents[1]

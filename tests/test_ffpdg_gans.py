@@ -15,7 +15,7 @@ from privfair_cli.algorithms import dpwgan, gan, pategan
 from privfair_cli.algorithms.dpsgd_trainer import PerExampleGradients
 from privfair_cli.config import load_card
 from privfair_cli.errors import ConfigError
-from privfair_cli.privacy import accountants
+from privfair_cli.privacy import accountants, pate
 from privfair_cli.privacy.ledger import Budget, PrivacyLedger
 from tests.conftest import require_data
 
@@ -131,19 +131,19 @@ def _moments_by_hand(gap: int, lam: float, L: int) -> list[float]:
 @pytest.mark.parametrize("lam", [1.0, 0.1, 0.01])
 def test_pategan_moments_accountant_pinned(lam):
     gaps = np.array([10, 10, 6, 2, 0])
-    got = pategan.moments_update(gaps, lam, 20)
+    got = pate.moments_update(gaps, lam, 20)
     want = np.sum([_moments_by_hand(int(g), lam, 20) for g in gaps], axis=0)
     np.testing.assert_allclose(got, want, rtol=1e-12)
-    indep = pategan.moments_update(gaps, lam, 20, "data_independent")
+    indep = pate.moments_update(gaps, lam, 20, "data_independent")
     np.testing.assert_allclose(indep, 5 * 2 * lam**2 * np.arange(1, 21) * np.arange(2, 22))
     alpha = got
-    assert pategan.epsilon(alpha, 1e-5) == pytest.approx(min((alpha[i] + math.log(1e5)) / (i + 1)
+    assert pate.epsilon(alpha, 1e-5) == pytest.approx(min((alpha[i] + math.log(1e5)) / (i + 1)
                                                              for i in range(20)))
 
 
 def test_pategan_spec_settings_afford_no_label_at_eps_1():
     """lambda = 1, 10 unanimous teachers: one label already costs eps_hat > 1 at delta = 1e-5."""
-    assert pategan.epsilon(pategan.moments_update(np.array([10]), 1.0, 100), 1e-5) > 1
+    assert pate.epsilon(pate.moments_update(np.array([10]), 1.0, 100), 1e-5) > 1
     X, domain = toy_table(400)
     ledger = PrivacyLedger(Budget(1.0, 1e-5))
     out, labels = pategan.generate(X, domain, 100, 1.0, 1e-5, pategan.Settings(hidden=16, noise_dim=8),
@@ -162,13 +162,13 @@ def test_pategan_charges_the_accountants_eps_and_respects_the_encoding(accountan
     eps, _ = ledger.spent()
     assert 0 < eps <= 1.0
     if accountant == "basic":  # data-independent at this lambda (every min picks 2 lam^2 l (l + 1))
-        alpha = pategan.moments_update(np.zeros(labels), 0.003, 100, "data_independent")
-        assert eps == pytest.approx(pategan.epsilon(alpha, 1e-5), rel=1e-9)
+        alpha = pate.moments_update(np.zeros(labels), 0.003, 100, "data_independent")
+        assert eps == pytest.approx(pate.epsilon(alpha, 1e-5), rel=1e-9)
 
 
 def test_rdp_curve_from_moments():
     alpha = np.array([0.1, 0.4, 0.9])
-    np.testing.assert_allclose(pategan.rdp_curve(alpha, [2, 3, 3.5, 4, 5]), [0.1, 0.2, 0.3, 0.3, math.inf])
+    np.testing.assert_allclose(pate.rdp_curve(alpha, [2, 3, 3.5, 4, 5]), [0.1, 0.2, 0.3, 0.3, math.inf])
 
 
 # ---------------------------------------------------------------------------------------------- plugin

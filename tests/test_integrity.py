@@ -16,11 +16,11 @@ from dp_accounting.rdp import RdpAccountant
 
 from privfair_cli import datasets as data_lib
 from privfair_cli import registry, runner
-from privfair_cli.algorithms import dpsgd_accounting as accounting
 from privfair_cli.datasets import store
 from privfair_cli.errors import ConfigError
 from privfair_cli.main import main
 from privfair_cli.privacy import Budget, PrivacyLedger, accountants
+from privfair_cli.privacy import dpsgd as accounting
 from tests.conftest import card, fit, needs_data, table
 
 ORDERS = accountants.DEFAULT_RDP_ORDERS

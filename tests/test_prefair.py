@@ -33,10 +33,10 @@ def load_card(name: str):
 @pytest.mark.parametrize("eps, cks, classic", [(0.1, 1.77138e-4, 1.20347e-4), (1, 1.49731e-2, 1.17812e-2),
                                                (10, 1.09079, 0.98124)])
 def test_rho_conversion_matches_spec_table(eps, cks, classic):
-    assert pf.zcdp_budget(eps, 1e-9, "cks20") == pytest.approx(cks, rel=1e-4)
-    assert pf.zcdp_budget(eps, 1e-9, "rdp_classic") == pytest.approx(classic, rel=1e-4)
+    assert accountants.zcdp_rho(eps, 1e-9, "cks20") == pytest.approx(cks, rel=1e-4)
+    assert accountants.zcdp_rho(eps, 1e-9, "rdp_classic") == pytest.approx(classic, rel=1e-4)
     # the classic rho converts back to exactly eps with Bun-Steinke's bound
-    assert accountants.zcdp_eps_classic(pf.zcdp_budget(eps, 1e-9, "rdp_classic"), 1e-9) == pytest.approx(eps)
+    assert accountants.zcdp_eps_classic(accountants.zcdp_rho(eps, 1e-9, "rdp_classic"), 1e-9) == pytest.approx(eps)
 
 
 @pytest.mark.parametrize("d, eps, s1, s2, eps_em", [(14, 1, 37.45, 36.09, 0.0554), (8, 0.1, 260.3, 243.5, 0.00822),

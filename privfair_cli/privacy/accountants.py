@@ -87,6 +87,37 @@ def zcdp_eps_classic(rho: float, delta: float) -> float:
     return rho + 2 * math.sqrt(rho * math.log(1 / delta))
 
 
+def zcdp_rho_classic(eps: float, delta: float) -> float:
+    """The rho whose classic bound (`zcdp_eps_classic`) is exactly eps: (sqrt(log(1/delta) + eps) -
+    sqrt(log(1/delta)))^2 (the RDP conversion of PreFair's Thm 4)."""
+    return (math.sqrt(math.log(1 / delta) + eps) - math.sqrt(math.log(1 / delta))) ** 2
+
+
+def zcdp_rho(eps: float, delta: float, conversion: str = "cks20") -> float:
+    """The zCDP budget rho of (eps, delta): `cks20` the largest rho that converts to it exactly (`cdp_rho`),
+    `rdp_classic` by the classic bound (`zcdp_rho_classic`). eps = inf is the noise-free limit, rho = inf."""
+    if math.isinf(eps):
+        return math.inf
+    if conversion == "cks20":
+        return cdp_rho(eps, delta)
+    if conversion == "rdp_classic":
+        return zcdp_rho_classic(eps, delta)
+    raise ValueError(f"unknown zCDP conversion {conversion!r}; allowed: cks20, rdp_classic")
+
+
+def zcdp_sigma(rho: float, sq_sensitivity: float = 1.0) -> float:
+    """The Gaussian noise sigma at which a release of squared L2 sensitivity `sq_sensitivity` is rho-zCDP
+    (rho = Delta^2 / (2 sigma^2)), i.e. sqrt(sq_sensitivity / (2 rho)): equally, the sigma of a unit-sensitivity
+    release at rho / sq_sensitivity. 0 at rho = inf."""
+    return math.sqrt(sq_sensitivity / (2 * rho))
+
+
+def zcdp_exponential_eps(rho: float, rounds: int = 1) -> float:
+    """The eps of each of `rounds` exponential mechanisms that together are rho-zCDP (each eps^2/8-zCDP, the
+    bounded-range bound of Cesar & Rogers 2021): sqrt(8 rho / rounds)."""
+    return math.sqrt(8 * rho / rounds)
+
+
 def rdp_to_dp(orders, rdp, delta: float, conversion: str = "classic") -> tuple[float, float]:
     """(eps, best order) from an RDP curve.
 
