@@ -73,7 +73,6 @@ import numpy as np
 import pandas as pd
 import torch
 
-from privfair_cli import seedbatch
 from privfair_cli.algorithms import causal_effects as ce
 from privfair_cli.algorithms import gan
 from privfair_cli.errors import ConfigError, DataError
@@ -97,24 +96,17 @@ def graph_of(data) -> ce.CausalGraph:
 
 # ---------------------------------------------------------------------------------------------- CFGAN
 @dataclass(frozen=True)
-class CFGANConfig:
+class CFGANConfig(gan.FairGANKeys):
     criterion: Literal["te", "se", "de", "ce", "none"]
     lambda_: float = field(metadata=bounds(ge=0))
-    profile: Literal["full", "fast", "smoke"]
     warmup_epochs: int = field(metadata=bounds(ge=0))
     fair_epochs: int = field(metadata=bounds(ge=0))
-    batch_size: int = field(metadata=bounds(ge=2))
     ce_batch: int = field(metadata=bounds(ge=2))
-    noise_dim: int = field(metadata=bounds(ge=1))
     g_hidden: int = field(metadata=bounds(ge=1))
     g_layers: int = field(metadata=bounds(ge=0))
-    d_hidden: list[int] = field(metadata=bounds(ge=1))
     d2_hidden: int = field(metadata=bounds(ge=1))
-    lr: float = field(metadata=bounds(gt=0))
     beta1: float = field(metadata=bounds(ge=0, lt=1))
     tau: float = field(metadata=bounds(gt=0))
-    adv_mode: Literal["minimax", "flip"]
-    threads: int = field(metadata=bounds(ge=1))
 
     def __post_init__(self):
         if self.criterion == "none" and self.lambda_ > 0:
@@ -348,22 +340,15 @@ class CFGANGenerator(_CausalGenerator):
         t0 = time.perf_counter()
         self.graph, self.columns = graph_of(data), list(data.frame.columns)
         V = ce.as_matrix(data.frame, self.graph)
-        seed = self._seed(rng)
-        peers = getattr(self, "peer_noise", None) or {}  # run seed -> its noise stream (seedbatch: seeds batched)
-        seeds = [self._seed(p) for p in peers.values()] or [seed]
-        threads = self.cfg.threads if device == "cpu" else torch.get_num_threads()
 
-        def train(members: list[int]):
-            E = len(members)
-            model = CFGANModel(self.graph, self.cfg, E, device, members if E > 1 else members[0])
-            model.fit(V, self.name if E == 1 else f"{self.name}, {E} seeds batched")
+        def build(seed, E: int, description: str):
+            model = CFGANModel(self.graph, self.cfg, E, device, seed)
+            model.fit(V, description)
             return model, (model.g2_effect() if self.cfg.criterion != "none" else None)
 
         key = (self.name, repr(self.cfg), device, hashlib.sha1(V.tobytes()).hexdigest(), V.shape)
-        with torch_threads(threads):
-            (self.model, effects), self.member, used, share = seedbatch.train(key, seed, seeds, train)
+        (self.model, effects), self.member, share = gan.train_seeds(self, rng, key, build, self.cfg.threads, device)
         self.effect = float(effects[self.member]) if effects is not None else float("nan")
-        self.seeds_batched = [list(peers)[seeds.index(s)] for s in used] if len(used) > 1 else []
         self.fit_seconds = time.perf_counter() - t0 + share  # a batched seed's runtime: its share of the training
         return self
 

@@ -74,7 +74,6 @@ import pandas as pd
 import torch
 import torch.nn.functional as F
 
-from privfair_cli import seedbatch
 from privfair_cli.algorithms import gan
 from privfair_cli.errors import DataError
 from privfair_cli.registry import Plugin, register, variants
@@ -90,33 +89,26 @@ PROFILES = {"fast": {"batch_size": 500, "pretrain_epochs": 50, "phase1_epochs": 
 
 # ---------------------------------------------------------------------------------------------- configs
 @dataclass(frozen=True)
-class FairGANConfig:
+class FairGANConfig(gan.FairGANKeys):
     """Every generator of the family (defaults per plugin in configs/algo/<name>.yaml)."""
 
     label_mode: Literal["generated", "conditioned"]
     lambda_: float = field(metadata=bounds(ge=0))
     mu: float = field(metadata=bounds(ge=0))
     constraint: Literal["dp", "eo", "eop", "none"]
-    profile: Literal["full", "fast", "smoke"]
     pretrain_epochs: int = field(metadata=bounds(ge=0))
     phase1_epochs: int = field(metadata=bounds(ge=0))
     phase2_epochs: int = field(metadata=bounds(ge=0))
-    batch_size: int = field(metadata=bounds(ge=2))
     d_steps: int = field(metadata=bounds(ge=1))
     g_steps: int = field(metadata=bounds(ge=1))
-    noise_dim: int = field(metadata=bounds(ge=1))
-    d_hidden: list[int] = field(metadata=bounds(ge=1))
     d3_hidden: int = field(metadata=bounds(ge=1))
-    lr: float = field(metadata=bounds(gt=0))
     weight_decay: float = field(metadata=bounds(ge=0))
     bn_momentum: float = field(metadata=bounds(gt=0, le=1))
     ae_loss: Literal["bce", "mse"]
-    adv_mode: Literal["minimax", "flip"]
     d2_balanced: bool
     d3_on: Literal["both", "real", "fake"]
     discretise: Literal["argmax", "sample"]
     ber_eval: Literal["same", "real"]
-    threads: int = field(metadata=bounds(ge=1))
 
     def schedule(self) -> dict[str, int]:
         own = {k: getattr(self, k) for k in ("batch_size", "pretrain_epochs", "phase1_epochs", "phase2_epochs")}
@@ -415,21 +407,13 @@ class FairGANGenerator(Plugin):
         t0 = time.perf_counter()
         self.enc = encoding_of(data)
         X = self.enc.onehot(data.frame)
-        seed = self._seed(rng)
-        peers = getattr(self, "peer_noise", None) or {}  # run seed -> its noise stream (seedbatch: seeds batched)
-        seeds = [self._seed(p) for p in peers.values()] or [seed]
-        threads = self.cfg.threads if device == "cpu" else torch.get_num_threads()
 
-        def train(members: list[int]):
-            E = len(members)
-            model = FairGANModel(self.cfg, self.enc.sizes, E, device, members if E > 1 else members[0])
-            return model.fit(X, data.y, data.s, self.name if E == 1 else f"{self.name}, {E} seeds batched")
+        def build(seed, E: int, description: str):
+            return FairGANModel(self.cfg, self.enc.sizes, E, device, seed).fit(X, data.y, data.s, description)
 
         key = (self.name, repr(self.cfg), device, hashlib.sha1(X.tobytes() + np.asarray(data.y).tobytes()
                                                                + np.asarray(data.s).tobytes()).hexdigest())
-        with torch_threads(threads):
-            self.model, self.member, used, share = seedbatch.train(key, seed, seeds, train)
-        self.seeds_batched = [list(peers)[seeds.index(s)] for s in used] if len(used) > 1 else []
+        self.model, self.member, share = gan.train_seeds(self, rng, key, build, self.cfg.threads, device)
         self.fit_seconds = time.perf_counter() - t0 + share  # a batched seed's runtime: its share of the training
         return self
 

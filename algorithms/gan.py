@@ -50,13 +50,16 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Literal
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
-from privfair_cli import progress
+from privfair_cli import progress, seedbatch
+from privfair_cli.threads import torch_threads
+from privfair_cli.typed import bounds
 
 
 @dataclass(frozen=True)
@@ -68,6 +71,42 @@ class GanSettings:
     hidden: int = 128
     batch: int = 64
     lr: float = 1e-4
+
+
+@dataclass(frozen=True)
+class FairGANKeys:
+    """The typed config keys FairGAN's and CFGAN's configs share (each adds its own): the schedule `profile`, the
+    batch, the noise size, the discriminator's hidden widths, the step size, the adversarial loss form and the CPU
+    threads."""
+
+    profile: Literal["full", "fast", "smoke"]
+    batch_size: int = field(metadata=bounds(ge=2))
+    noise_dim: int = field(metadata=bounds(ge=1))
+    d_hidden: list[int] = field(metadata=bounds(ge=1))
+    lr: float = field(metadata=bounds(gt=0))
+    adv_mode: Literal["minimax", "flip"]
+    threads: int = field(metadata=bounds(ge=1))
+
+
+def train_seeds(plugin, rng, key: tuple, build, threads: int, device: str):
+    """The model of a seed-batching GAN plugin (FairGAN, CFGAN): trained on the run's seed (`plugin._seed(rng)`), or,
+    in a seed group of a sweep (`plugin.peer_noise`: run seed -> its noise stream; privfair_cli.seedbatch), with the
+    group's seeds as one ensemble keyed by `key`. `build(seed, E, description)` trains a model of E members (`seed`
+    one int, or E ints); `threads` CPU threads on a CPU. Sets `plugin.seeds_batched`; returns (model, the run's
+    member, the seconds that turn its wall time into its share of the group's training)."""
+    seed = plugin._seed(rng)
+    peers = getattr(plugin, "peer_noise", None) or {}
+    seeds = [plugin._seed(p) for p in peers.values()] or [seed]
+
+    def train(members: list[int]):
+        E = len(members)
+        return build(members if E > 1 else members[0], E,
+                     plugin.name if E == 1 else f"{plugin.name}, {E} seeds batched")
+
+    with torch_threads(threads if device == "cpu" else torch.get_num_threads()):
+        model, member, used, share = seedbatch.train(key, seed, seeds, train)
+    plugin.seeds_batched = [list(peers)[seeds.index(s)] for s in used] if len(used) > 1 else []
+    return model, member, share
 
 
 class Ensemble:
