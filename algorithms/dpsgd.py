@@ -4,7 +4,8 @@
 Plugins `sgd` (non-private reference, §1.1), `dpsgd` (Algorithm 1, §1.2), `dpsgd_f` (Algorithm 7, §1.3) and
 `dpsgd_naive` (Algorithm 8, §1.4). One family in three modules:
 - this module: the typed config (`XuSGDConfig`; defaults in `configs/algo/dpsgd.yaml`), the groups (§0), the
-  plugins, evaluation (§5) and the per-epoch history;
+  plugins and the per-epoch history; their evaluation (§5: per-group accuracy, cost of privacy) is
+  `evaluate.group_accuracy`;
 - `dpsgd_trainer.py`: models, per-example gradient norms, clipping rules, the training loop and its log;
 - `dpsgd_accounting.py`: the noise plan (calibration, budget matching C5) and the ledger entries, on the moments
   accountant of `privacy/dpsgd.py` (§2, dp-accounting's public API).
@@ -122,7 +123,6 @@ SPEC_DEFAULTS = {  # spec §3, by model: what `auto` means
 }
 MNIST_NORMALISATION = (0.1307, 0.3081)  # spec C9: mean and std of MNIST's training pixels
 SGD_KEPT_MAX = 8  # non-private trainings kept per process (`XuSGD._fit_model`); a CNN is 1.7 MB
-EQUAL_COST_TAU = 0.05  # §5: "equal costs of privacy" when the utility-loss gap is at most tau
 # early_stopping.md §0.1: how the TPR and FPR gaps combine into one equal-odds gap (`eodds_agg`, default mean)
 EODDS_AGG = {"mean": lambda a, b: (a + b) / 2, "max": np.maximum, "sum": lambda a, b: a + b}
 
@@ -235,21 +235,6 @@ def group_accuracy(y, yhat, k, groups: Groups) -> dict[str, float]:
         f"accuracy_{name}": by[g]["accuracy"] for g, name in enumerate(groups.names)}
 
 
-def cost_of_privacy(own: dict[str, float], ref: dict[str, float], groups: Groups) -> dict[str, float]:
-    """Definition 17: accuracy (total and per group) minus the sgd model's, and the inequality in utility loss
-    between the compared groups, `equal_costs` when it is at most EQUAL_COST_TAU."""
-    out = {}
-    for key, value in ref.items():
-        out[f"sgd_{key}"] = value
-        out[key.replace("accuracy", "accuracy_diff_vs_sgd", 1)] = own[key] - value
-    if groups.compare is not None:
-        i, j = (groups.names[g] for g in groups.compare)
-        gap = abs(out[f"accuracy_diff_vs_sgd_{i}"] - out[f"accuracy_diff_vs_sgd_{j}"])
-        out["utility_loss_gap"] = gap
-        out["equal_costs"] = float(gap <= EQUAL_COST_TAU)
-    return out
-
-
 @dataclass
 class EpochHistory:
     """Per epoch: steps taken, eps spent by that epoch's weights and, per watched set (`validation`, `test`),
@@ -291,9 +276,10 @@ class EpochHistory:
 # --------------------------------------------------------------------------------------------- plugins
 class XuSGD(Plugin):
     """Shared plugin body of `sgd`, `dpsgd`, `dpsgd_f`, `dpsgd_naive`: settings, noise plan and ledger, the
-    trained model (and the sgd reference), evaluation beyond the classifier default, history and diagnostics."""
+    trained model (and the sgd reference), what the evaluation reads, history and diagnostics."""
 
     kind = "classifier"
+    evaluation = "group_accuracy"
     needs = ("label", "features|tokens")
     cuda = True
     needs_delta = True
@@ -335,7 +321,7 @@ class XuSGD(Plugin):
                 replace(settings, algorithm="sgd", keep_weights=False), data, reference_rng)
         self.history = self._history(plan, budget, ledger)
         if validation is not None:
-            self._watch("validation", validation)
+            self.watch("validation", validation)
         return self
 
     def claims(self) -> str:
@@ -434,7 +420,8 @@ class XuSGD(Plugin):
             plan.q, plan.sigma, plan.sigma1, steps, budget.delta, ledger.orders, ledger.rdp_conversion, plan.sampling)
         return EpochHistory(steps, eps, eodds_agg=getattr(self.cfg, "eodds_agg", "mean"))
 
-    def _watch(self, name: str, table) -> None:
+    def watch(self, name: str, table) -> None:
+        """Record the per-epoch metrics of the kept weights on `table` in the history under `name`."""
         if self.log.weights is not None:
             preds = predictions_by_epoch(self.model, self.model_kind, self.log.weights, self._inputs(table.X))
             self.history.watch(name, preds, table, self.groups, self.binary)
@@ -449,17 +436,12 @@ class XuSGD(Plugin):
             return torch.sigmoid(scores[:, 0]).cpu().numpy()
         return torch.softmax(scores, 1).cpu().numpy()
 
-    def evaluate(self, train, test, rng) -> dict[str, float]:
-        """The classifier evaluation (binary labels) plus what it cannot give: accuracy of each of the K groups,
-        the cost of privacy per group vs the sgd reference (Definition 17), and the per-epoch test history."""
-        out = metrics.classification(test.y, self.predict(test.X), test.s) if self.binary else {}
-        k = self.groups.of_rows(test)
-        out |= group_accuracy(test.y, self.predict(test.X), k, self.groups)
-        if self.reference is not None:
-            ref = labels(self.model_kind, predict_scores(self.reference, self._inputs(test.X)))
-            out |= cost_of_privacy(out, group_accuracy(test.y, ref, k, self.groups), self.groups)
-        self._watch("test", test)
-        return out
+    def reference_predict(self, X):
+        """Predictions of the non-private reference model (sgd, trained with the same settings), None without
+        one."""
+        if self.reference is None:
+            return None
+        return labels(self.model_kind, predict_scores(self.reference, self._inputs(X)))
 
     def extra_metrics(self) -> dict[str, float]:
         """Settings and spend (`info`), and the last epoch's per-group training diagnostics (spec §5, Table 9.3)."""

@@ -16,7 +16,7 @@ import pytest
 import torch
 from scipy.special import gammaln, logsumexp
 
-from privfair_cli import metrics, registry
+from privfair_cli import evaluate, metrics, registry
 from privfair_cli.algorithms import dpsgd
 from privfair_cli.algorithms import dpsgd_trainer as trainer
 from privfair_cli.datasets import Table
@@ -424,7 +424,7 @@ def test_reference_equals_the_sgd_run_of_the_same_seed(tmp_path, monkeypatch):
     for p, q in zip(sgd.model.parameters(), dp.reference.parameters(), strict=True):
         assert torch.equal(p, q)
     test = toy_table(500, seed=9)
-    m = dp.evaluate(data, test, np.random.default_rng(0))
+    m = evaluate.metrics_for(dp, data, test, np.random.default_rng(0))
     yhat, ref = dp.predict(test.X), sgd.predict(test.X)
     for g in (0, 1):
         rows = test.s == g
@@ -432,7 +432,7 @@ def test_reference_equals_the_sgd_run_of_the_same_seed(tmp_path, monkeypatch):
         assert m[f"sgd_accuracy_s{g}"] == pytest.approx(np.mean(ref[rows] == test.y[rows]))
         assert m[f"accuracy_diff_vs_sgd_s{g}"] == pytest.approx(m[f"accuracy_s{g}"] - m[f"sgd_accuracy_s{g}"])
     assert m["utility_loss_gap"] == pytest.approx(abs(m["accuracy_diff_vs_sgd_s1"] - m["accuracy_diff_vs_sgd_s0"]))
-    assert m["equal_costs"] == float(m["utility_loss_gap"] <= dpsgd.EQUAL_COST_TAU)
+    assert m["equal_costs"] == float(m["utility_loss_gap"] <= evaluate.EQUAL_COST_TAU)
 
 
 def test_a_kept_sgd_training_gives_the_same_run_as_training_again(tmp_path, monkeypatch):
@@ -450,7 +450,7 @@ def test_a_kept_sgd_training_gives_the_same_run_as_training_again(tmp_path, monk
     assert dpsgd._SGD_KEPT.keys() == kept.keys()  # both took it
     for p, q in zip(fresh.reference.parameters(), sgd.model.parameters(), strict=True):
         assert torch.equal(p, q)
-    a, b = (m.evaluate(data, test, np.random.default_rng(0)) for m in (fresh, again))
+    a, b = (evaluate.metrics_for(m, data, test, np.random.default_rng(0)) for m in (fresh, again))
     assert a == pytest.approx(b, nan_ok=True, rel=0, abs=0)
     np.testing.assert_array_equal(fresh.reference_log.loss, again.reference_log.loss)
     other_c, _ = fit("dpsgd", data, eps=10, delta=DELTA, seed=4, epochs=2, sigma="auto", C=3.0)
@@ -480,7 +480,7 @@ def test_a_training_kept_on_disk_serves_another_process_and_a_damaged_one_is_tra
     for p, q in zip(fresh.reference.parameters(), again.reference.parameters(), strict=True):
         assert torch.equal(p, q)
     np.testing.assert_array_equal(fresh.reference_log.loss, again.reference_log.loss)
-    a, b = (m.evaluate(data, test, np.random.default_rng(0)) for m in (fresh, again))
+    a, b = (evaluate.metrics_for(m, data, test, np.random.default_rng(0)) for m in (fresh, again))
     assert a == pytest.approx(b, nan_ok=True, rel=0, abs=0)
 
     stored.write_bytes(stored.read_bytes()[:100])  # damaged: trained again, and written again whole
@@ -498,17 +498,17 @@ def test_a_training_kept_on_disk_serves_another_process_and_a_damaged_one_is_tra
 
 
 def test_evaluate_adds_to_the_classifier_evaluator_and_diagnostics_are_extra_metrics():
-    from privfair_cli import evaluate
-
     data, test = toy_table(), toy_table(500, seed=9)
     dp, _ = fit("dpsgd_f", data, eps=10, delta=DELTA, epochs=2, sigma="auto", match_budget="none")
-    m = dp.evaluate(data, test, np.random.default_rng(0))
+    m = evaluate.group_accuracy(dp, data, test, np.random.default_rng(0))
     base = evaluate.classifier(dp, data, test, np.random.default_rng(0))
     assert {k: m[k] for k in base} == pytest.approx(base, nan_ok=True)
     extra = dp.extra_metrics()
     assert {"avg_loss_s0", "avg_grad_norm_s1", "mean_grad_norm_s0", "max_group_clip_bound", "sigma1"} <= set(extra)
     assert extra["avg_loss_s0"] == pytest.approx(dp.log.loss[-1, 0] / dp.log.count[-1, 0])
     assert not set(extra) & set(m)
+    assert evaluate.metrics_for(dp, data, test, np.random.default_rng(0)) == pytest.approx(
+        m | {"n_train": len(data), "n_test": len(test), "d": data.d} | extra, nan_ok=True)
 
 
 def test_dpsgd_f_ledger_includes_the_counts():
@@ -549,7 +549,7 @@ def test_history_records_eps_and_metrics_per_epoch():
     data, test = toy_table(), toy_table(500, seed=9)
     dp, ledger = fit("dpsgd_f", data, eps=10, delta=DELTA, epochs=3, sigma="auto", match_budget="exact",
                      validation_size=0.25)
-    m = dp.evaluate(data, test, np.random.default_rng(0))
+    m = evaluate.metrics_for(dp, data, test, np.random.default_rng(0))
     h = dp.history
     assert len(h.epoch_steps) == 3 and h.epoch_steps[-1] == dp.info["steps"] == dp.log.steps
     assert h.eps[-1] == pytest.approx(ledger.spent()[0], rel=1e-12)
@@ -580,7 +580,7 @@ def test_cnn_groups_are_the_classes():
     data = Table("images", X, y, None, [f"p{i}" for i in range(784)], meta=meta)
     dp, _ = fit("dpsgd_naive", data, eps=1e4, delta=DELTA, epochs=1, batch_size=100, sigma="auto")
     assert dp.model_kind == "cnn" and dp.groups.K == 10
-    m = dp.evaluate(data, data, np.random.default_rng(0))
+    m = evaluate.metrics_for(dp, data, data, np.random.default_rng(0))
     yhat = dp.predict(X)
     assert m["accuracy_class3"] == pytest.approx(np.mean(yhat[y == 3] == 3))
     assert "utility_loss_gap" in m and "balanced_error_rate" not in m
@@ -617,7 +617,7 @@ def test_adult_runs_with_defaults_and_the_calibrated_noise_fits_eps():
     train, test = table("adult", n=3000)
     plugin, ledger = fit("dpsgd", train, eps=1.0, delta=1e-5)
     assert 0.99 < ledger.spent()[0] <= 1.0 and plugin.info["sigma"] > 1
-    assert 0 <= plugin.evaluate(train, test, np.random.default_rng(0))["accuracy"] <= 1
+    assert 0 <= evaluate.metrics_for(plugin, train, test, np.random.default_rng(0))["accuracy"] <= 1
 
 
 @needs_data("adult")
