@@ -239,7 +239,8 @@ def read_csv_strict(path, expected_cols: int | None = None, name: str | None = N
 
 
 # card keys that do not change the parse (the `defaults` list only names where the others came from)
-RUN_KEYS = ("n", "test_size", "unlabelled_size", "expected_d", "allow_d_mismatch", "verify", "rows", "defaults")
+RUN_KEYS = ("n", "test_size", "unlabelled_size", "expected_d", "allow_d_mismatch", "verify", "rows", "defaults",
+            "views")
 
 
 def _source_digest() -> str:

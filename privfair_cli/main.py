@@ -218,13 +218,18 @@ def cmd_list(_args) -> int:
             g.add_row(name, claim, note or "-")
     console.print(g)
     console.print("[bold]every private algorithm:[/bold] " + "; ".join(registry.GENERAL_GUARANTEE_RULES))
-    d = Table(title="datasets (data=): the views each card provides, and the algorithms that can run on it")
+    d = Table(title="datasets (data=): the views each card provides (derived: built on demand when an algorithm "
+                    "needs them, datasets/views.py), and the algorithms that run on it with their defaults")
     for col in ("name", "provides", "runs"):
         d.add_column(col)
+    needs = {a: plugins[a].requirements(registry.defaults(a)) for a in plugins}
     for name in group_options("data"):
-        views = schema.card_views(load_card(name))
-        runs = [a for a in sorted(plugins) if not schema.missing_views(plugins[a].requirements(), views)]
-        d.add_row(name, ", ".join(sorted(views)), ", ".join(runs) or "-")
+        card = load_card(name)
+        views, declared = schema.card_views(card), schema.declared_views(card)
+        runs = [a for a in sorted(plugins) if not schema.missing_views(needs[a], views)]
+        shown = ", ".join(sorted(declared)) + (f"; derived: {', '.join(sorted(views - declared))}"
+                                               if views - declared else "")
+        d.add_row(name, shown, ", ".join(runs) or "-")
     console.print(d)
     console.print("[bold]views:[/bold] " + "; ".join(f"{v}: {what} (card key {key})"
                                                      for v, (what, key) in registry.VIEWS.items()))

@@ -7,7 +7,7 @@ import math
 import platform
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -153,11 +153,13 @@ class Prepared:
     table: data_lib.Table
     train: data_lib.Table
     test: data_lib.Table
+    notes: list[str] = field(default_factory=list)  # what the derived views chose (the result's warnings)
 
 
 def prepare(card: schema.DataCard, seed: int, log=print) -> Prepared:
-    """Load the card's data with the seed's streams and split it (graph cards per task, datasets/graphs.py): the
-    one way the runner, the auditor, the tests and the benchmarks get a run's data."""
+    """Load the card's data with the seed's streams and split it (graph cards per task, datasets/graphs.py), then
+    build the views `schema.derive_views` marked for the training rows (datasets/views.py): the one way the runner,
+    the auditor, the tests and the benchmarks get a run's data."""
     rng = streams(seed)
     table = load_data(card, rng, log)
     if "graph" in table.meta:
@@ -166,7 +168,13 @@ def prepare(card: schema.DataCard, seed: int, log=print) -> Prepared:
         train, test = graphs.split(table, card.raw, rng["split"])
     else:
         train, test = data_lib.split(table, card.test_size, rng["split"], card.unlabelled_size)
-    return Prepared(rng, table, train, test)
+    notes = list(card.notes)
+    if "causal_graph" in card.derive:
+        from privfair_cli.datasets import views
+
+        train, test, note = views.causal_view(train, test, card.raw)
+        notes.append(note)
+    return Prepared(rng, table, train, test, notes)
 
 
 def build(cls: type[registry.Plugin], params, mechanism: str = "default") -> registry.Plugin:
@@ -199,7 +207,7 @@ def compute(rc: schema.RunConfig, artifacts: Path, log=print, draw=None) -> dict
 
     cls = registry.get(rc.algo)
     data_lib.check_labels(train, cls.kind)
-    data_warnings = data_lib.split_warnings(train, test, cls.kind)  # why the numbers may mean nothing
+    data_warnings = prepared.notes + data_lib.split_warnings(train, test, cls.kind)  # why the numbers may mean nothing
     device = resolve_device(rc.device, cls.cuda)
     plugin = build(cls, rc.params, rc.mechanism)
     budget = Budget(rc.eps, rc.delta)

@@ -28,6 +28,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from privfair_cli import datasets as data_lib
 from privfair_cli import registry
+from privfair_cli.datasets import views as views_lib
 from privfair_cli.errors import ConfigError
 from privfair_cli.privacy.ledger import ACCOUNTANTS, RDP_CONVERSIONS
 from privfair_cli.typed import typed
@@ -54,6 +55,8 @@ class DataCard:
     allow_d_mismatch: bool = False
     raw: dict = field(default_factory=dict)
     unlabelled_size: float = 0.0  # semi-supervised runs: fraction of the non-test rows whose labels are hidden
+    derive: tuple[str, ...] = ()  # views built from the rows after the split (runner.prepare): causal_graph
+    notes: tuple[str, ...] = ()  # what the views derived for this run chose (the result's warnings)
 
 
 @dataclass(frozen=True)
@@ -119,6 +122,7 @@ def validate_card(card: dict) -> DataCard:
     _check_features(card)
     _check_discrete(card)
     _check_roles(card)
+    _check_views(card)
     unlabelled = card.get("unlabelled_size", AUTO)
     auto = unlabelled == AUTO
     if not auto and (isinstance(unlabelled, bool) or not isinstance(unlabelled, int | float) or
@@ -238,6 +242,42 @@ def _check_discrete(card: dict) -> None:
             raise ConfigError(f"data.discrete.{col}.bins={edges!r} must be at least two increasing edges")
 
 
+VIEW_OPTIONS = {"enumerable": ("cells", "bins", "keep"), "causal": ("tau", "max_nodes")}
+
+
+def _check_views(card: dict) -> None:
+    """`levels` (documented levels `{col: [values]}`, read by the derived views) and the `views` options
+    (datasets/views.py): enumerable `cells` (auto or >= 4), `bins` (auto or >= 2), `keep` (null or a list of
+    attributes); causal `tau` in (0, 1), `max_nodes` (null or >= 2)."""
+    levels = card.get("levels") or {}
+    if not isinstance(levels, dict) or not all(isinstance(v, list | tuple) and v for v in levels.values()):
+        raise ConfigError(f"data.levels={levels!r} must map columns to their documented levels {{col: [values]}}")
+    block = card.get("views") or {}
+    if not isinstance(block, dict):
+        raise ConfigError(f"data.views must be a mapping with {', '.join(VIEW_OPTIONS)}")
+    for view, opts in block.items():
+        if view not in VIEW_OPTIONS or not isinstance(opts or {}, dict):
+            raise ConfigError(f"data.views.{view} is not a derived view's options; allowed: {', '.join(VIEW_OPTIONS)}")
+        unknown = sorted(set(opts or {}) - set(VIEW_OPTIONS[view]))
+        if unknown:
+            raise ConfigError(f"data.views.{view}.{unknown[0]} is not an option; allowed: "
+                              f"{', '.join(VIEW_OPTIONS[view])}")
+    enum, causal = block.get("enumerable") or {}, block.get("causal") or {}
+    for key, least in (("cells", 4), ("bins", 2)):
+        value = enum.get(key, AUTO)
+        if value != AUTO and (isinstance(value, bool) or not isinstance(value, int) or value < least):
+            raise ConfigError(f"data.views.enumerable.{key}={value!r} must be auto or an integer >= {least}")
+    keep = enum.get("keep")
+    if keep is not None and (not isinstance(keep, list | tuple) or not all(isinstance(c, str) for c in keep)):
+        raise ConfigError(f"data.views.enumerable.keep={keep!r} must be null or a list of attributes")
+    tau = causal.get("tau", 0.01)
+    if not _is_number(tau) or not 0 < tau < 1:
+        raise ConfigError(f"data.views.causal.tau={tau!r} must be in (0, 1)")
+    nodes = causal.get("max_nodes")
+    if nodes is not None and (isinstance(nodes, bool) or not isinstance(nodes, int) or nodes < 2):
+        raise ConfigError(f"data.views.causal.max_nodes={nodes!r} must be null or an integer >= 2")
+
+
 ROLE_KEYS = ("protected", "admissible", "outcome", "audit")
 
 
@@ -263,10 +303,33 @@ def _check_roles(card: dict) -> None:
         raise ConfigError("data.roles: protected, admissible and outcome must be disjoint")
 
 
-def card_views(card: dict) -> set[str]:
+def card_views(card: dict, derived: bool = True) -> set[str]:
     """What a card provides (registry.VIEWS), from its keys alone: a loader module's own `VIEWS` (images,
     synthetic graphs) plus what the card's `label`, `positive`, `sensitive`, `features`, `discrete`, `roles`
-    and `graph_reference` give."""
+    and `graph_reference` give, and (`derived`) the views derived on demand (`derivable_views`)."""
+    views = declared_views(card)
+    return views | derivable_views(card, views) if derived else views
+
+
+def derivable_views(card: dict, declared: set[str]) -> set[str]:
+    """The views a run derives when an algorithm needs them and the card does not declare them: `unlabelled_pool`
+    on a labelled card with held-out rows and `unlabelled_size: auto` (`validate` hides DEFAULT_UNLABELLED of the
+    labels), and (datasets/views.py) `enumerable` where a discrete view within the cell budget follows from the
+    declared bounds and levels, `causal_graph` (binarised nodes and a graph learned by non-private PC) on a card
+    with a discrete view, a binary label and a sensitive attribute."""
+    out = set()
+    held_out = (card.get("test_size", 0.2) or 0) > 0  # a pool needs labelled test rows to score on
+    if card.get("unlabelled_size", AUTO) == AUTO and {"binary_label", "features"} <= declared and held_out:
+        out.add("unlabelled_pool")  # a semi-supervised run hides DEFAULT_UNLABELLED of the labels (`validate`)
+    if "discrete" in declared and "enumerable" not in declared and views_lib.enumerable_view(card) is not None:
+        out.add("enumerable")
+    if {"discrete", "binary_label", "sensitive"} <= declared and "causal_graph" not in declared:
+        out.add("causal_graph")
+    return out
+
+
+def declared_views(card: dict) -> set[str]:
+    """The views a card's own keys give (card_views without the derived ones)."""
     views = set()
     for loader in (card.get("loader") or data_lib.DEFAULT_LOADER, card.get("base_loader")):
         if loader:
@@ -290,10 +353,8 @@ def card_views(card: dict) -> set[str]:
     if card.get("graph_reference"):
         views.add("graph_reference")
     unlabelled = card.get("unlabelled_size", AUTO)
-    held_out = (card.get("test_size", 0.2) or 0) > 0  # a pool needs labelled test rows to score on
-    if (unlabelled == AUTO and "binary_label" in views and "features" in views and held_out) or (
-            unlabelled != AUTO and (unlabelled or 0) > 0):
-        views.add("unlabelled_pool")  # auto: a semi-supervised run hides DEFAULT_UNLABELLED of the labels
+    if unlabelled != AUTO and (unlabelled or 0) > 0:
+        views.add("unlabelled_pool")
     return views
 
 
@@ -314,6 +375,28 @@ def check_compatible(algo: str, plugin: type, params: Any, card: dict) -> None:
         parts.append(f"{what} (card key {keys})")
     raise ConfigError(f"algo={algo} cannot run on data={card['name']}: it needs {' and '.join(parts)}, which the "
                       f"card does not declare; data={card['name']} provides: {', '.join(sorted(views)) or 'no view'}")
+
+
+def derive_views(algo: str, plugin: type, params: Any, card: DataCard) -> DataCard:
+    """The card with the views the plugin needs and the card does not declare (datasets/views.py): the enumerable
+    view rewrites its discrete view here (from keys alone); the causal view is marked for `runner.prepare`, which
+    builds it from the training rows, and only for a non-private algorithm (it reads the rows)."""
+    declared = declared_views(card.raw)
+    wanted = []
+    for need in missing_views(plugin.requirements(params), declared):
+        alternatives = need.split("|")
+        wanted += [next(v for v in alternatives if v in derivable_views(card.raw, declared))]
+    raw, notes, derive = card.raw, list(card.notes), list(card.derive)
+    if "enumerable" in wanted:
+        raw, note = views_lib.enumerable_card(raw)
+        validate_card(raw)
+        notes.append(note)
+    if "causal_graph" in wanted:
+        if plugin.private:
+            raise ConfigError(f"algo={algo} cannot run on data={card.name}: the causal view is learned from the rows "
+                              f"(not private) and algo={algo} is private; declare `causal_graph:` in the card")
+        derive.append("causal_graph")
+    return replace(card, raw=raw, notes=tuple(notes), derive=tuple(derive)) if wanted else card
 
 
 def validate(cfg: DictConfig) -> RunConfig:
@@ -340,6 +423,7 @@ def validate(cfg: DictConfig) -> RunConfig:
         raise ConfigError("data is not set: choose one with data=<name> (see `privfair list`)")
     card = validate_card(OmegaConf.to_container(cfg.data, resolve=True))
     check_compatible(name, plugin, params, card.raw)  # before the algorithm's own checks: the pair comes first
+    card = derive_views(name, plugin, params, card)
     if plugin.kind == "semi_supervised" and card.raw.get("unlabelled_size", AUTO) == AUTO:
         card = replace(card, unlabelled_size=DEFAULT_UNLABELLED)  # the derived unlabelled-pool view
     if card.unlabelled_size > 0 and plugin.kind != "semi_supervised":
