@@ -17,11 +17,22 @@ from scipy import stats
 from privfair_cli import main
 from privfair_cli.errors import ConfigError
 from privfair_cli.privacy import Budget, NoiseSource, PrivacyLedger, mechanisms
-from privfair_cli.tools import audit
+from privfair_cli.tools.audit import (
+    bounds,
+    canaries,
+    controls,
+    distinguishing,
+    fitting,
+    one_run,
+    options,
+    page,
+    report,
+    run,
+)
 from tests.conftest import require_data
 
-TRIALS = audit.OPTIONS["trials"][0]
-CONF = audit.OPTIONS["confidence"][0]
+TRIALS = options.OPTIONS["trials"][0]
+CONF = options.OPTIONS["confidence"][0]
 
 
 # ------------------------------------------------------------------------------------------ the bounds
@@ -31,8 +42,8 @@ def test_clopper_pearson_matches_scipy_exact_interval(k, n):
     sided tails a."""
     a = 0.005
     ci = stats.binomtest(k, n).proportion_ci(confidence_level=1 - 2 * a, method="exact")
-    assert float(audit.cp_lower(k, n, a)) == pytest.approx(ci.low, abs=1e-9)
-    assert float(audit.cp_upper(k, n, a)) == pytest.approx(ci.high, abs=1e-9)
+    assert float(bounds.cp_lower(k, n, a)) == pytest.approx(ci.low, abs=1e-9)
+    assert float(bounds.cp_upper(k, n, a)) == pytest.approx(ci.high, abs=1e-9)
 
 
 def test_eps_bound_from_counts_by_hand():
@@ -40,8 +51,8 @@ def test_eps_bound_from_counts_by_hand():
     ci0 = stats.binomtest(fp, n).proportion_ci(confidence_level=1 - alpha, method="exact")
     ci1 = stats.binomtest(tp, n).proportion_ci(confidence_level=1 - alpha, method="exact")
     want = max(math.log((ci1.low - delta) / ci0.high), math.log((1 - ci0.high - delta) / (1 - ci1.low)), 0)
-    assert float(audit.eps_lower_bound(fp, n, tp, n, delta, alpha)) == pytest.approx(want, rel=1e-9)
-    assert float(audit.eps_lower_bound(500, n, 500, n, 0.0, alpha)) == 0.0  # no evidence, no bound
+    assert float(bounds.eps_lower_bound(fp, n, tp, n, delta, alpha)) == pytest.approx(want, rel=1e-9)
+    assert float(bounds.eps_lower_bound(500, n, 500, n, 0.0, alpha)) == 0.0  # no evidence, no bound
 
 
 def rr(eps: float):
@@ -58,7 +69,7 @@ def test_randomised_response_known_answer():
     """With 200,000 releases per side the bound of eps-RR is just below eps: within 5% (the Clopper-Pearson
     half-widths are ~0.005 here, so 5% is a wide margin), and never above it."""
     for eps in (0.5, 1.0, 2.0):
-        res, refuted = audit.audit_mechanism(rr(eps), eps, trials=200_000, seed=1)
+        res, refuted = controls.audit_mechanism(rr(eps), eps, trials=200_000, seed=1)
         assert not refuted
         assert 0.95 * eps < res.eps_lb <= eps
         assert res.eps_hat == pytest.approx(eps, rel=0.05)
@@ -68,12 +79,12 @@ def test_randomised_response_coverage():
     """The bound exceeds the true eps in at most 1 - confidence of audits. 300 audits of 1-RR at the default
     trials: at most 1% (3 expected, fewer since Clopper-Pearson is conservative); allowing 12, a false alarm
     needs Binomial(300, 0.01) >= 13: probability < 1e-4."""
-    over = sum(audit.audit_mechanism(rr(1.0), 1.0, seed=s)[1] for s in range(300))
+    over = sum(controls.audit_mechanism(rr(1.0), 1.0, seed=s)[1] for s in range(300))
     assert over <= 12
 
 
 def test_randomised_response_at_a_larger_eps_is_refuted():
-    res, refuted = audit.audit_mechanism(rr(3.0), 1.0, seed=2)
+    res, refuted = controls.audit_mechanism(rr(3.0), 1.0, seed=2)
     assert refuted and res.eps_lb > 2
 
 
@@ -104,14 +115,14 @@ def exponential(eps=1.0):
 @pytest.mark.parametrize(("name", "release", "delta"), [
     ("laplace", laplace(), 0.0), ("gaussian", gaussian(), 1e-5), ("exponential", exponential(), 0.0)])
 def test_correct_mechanisms_pass(name, release, delta):
-    res, refuted = audit.audit_mechanism(release, 1.0, delta, seed=3)
+    res, refuted = controls.audit_mechanism(release, 1.0, delta, seed=3)
     assert not refuted, f"{name}: eps >= {res.eps_lb:.3f} refutes eps = 1"
 
 
 def test_correct_laplace_is_measured_close_to_its_eps():
     """The Laplace mechanism is tight: at the default trials the bound's median over seeds is ~0.6 (a single
     audit can land at 0 when the threshold picked on the first half is a fluke of its tail)."""
-    lbs = [audit.audit_mechanism(laplace(), 1.0, seed=s)[0].eps_lb for s in range(9)]
+    lbs = [controls.audit_mechanism(laplace(), 1.0, seed=s)[0].eps_lb for s in range(9)]
     assert np.median(lbs) > 0.4
 
 
@@ -123,15 +134,15 @@ def test_broken_mechanisms_are_caught_at_the_default_trials(name, release, delta
     """Over 40 seeds (measured while writing this test) the smallest bound was 1.22 for the halved sensitivity
     (true eps 2), 4.2 for Laplace / 10, 2.6 for Gaussian / 10; three seeds each here."""
     for seed in range(3):
-        res, refuted = audit.audit_mechanism(release, 1.0, delta, seed=seed)
+        res, refuted = controls.audit_mechanism(release, 1.0, delta, seed=seed)
         assert refuted, f"{name}: eps >= {res.eps_lb:.3f} does not refute eps = 1"
 
 
 # ------------------------------------------------------------------------------------------ one run
 def test_one_run_p_value_without_delta_is_the_binomial_tail():
     q = 1 / (1 + math.exp(-1.0))
-    assert audit.one_run_p_value(1000, 200, 140, 1.0, 0.0) == pytest.approx(stats.binom.sf(139, 200, q))
-    assert audit.one_run_p_value(1000, 200, 140, 1.0, 1e-5) > audit.one_run_p_value(1000, 200, 140, 1.0, 0.0)
+    assert bounds.one_run_p_value(1000, 200, 140, 1.0, 0.0) == pytest.approx(stats.binom.sf(139, 200, q))
+    assert bounds.one_run_p_value(1000, 200, 140, 1.0, 1e-5) > bounds.one_run_p_value(1000, 200, 140, 1.0, 0.0)
 
 
 def test_one_run_bound_on_randomised_response_guesses():
@@ -141,9 +152,9 @@ def test_one_run_bound_on_randomised_response_guesses():
     m = r = 10_000
     for eps in (0.5, 2.0):
         v = int((rng.random(r) < 1 / (1 + math.exp(-eps))).sum())
-        lb = audit.one_run_eps(m, r, v, 0.0, CONF)
+        lb = bounds.one_run_eps(m, r, v, 0.0, CONF)
         assert 0.8 * eps < lb <= eps
-    assert audit.one_run_eps(m, r, r // 2, 1e-5, CONF) == 0.0
+    assert bounds.one_run_eps(m, r, r // 2, 1e-5, CONF) == 0.0
 
 
 # ------------------------------------------------------------------------------------------ plugins
@@ -165,7 +176,7 @@ def tiny(n=100, d=2, seed=0):
                  [f"x{j}" for j in range(d)], meta={"row_id": np.arange(n)})
 
 
-PLUGIN_OPTS = {k: v for k, (v, _) in audit.OPTIONS.items()} | {"trials": 300}
+PLUGIN_OPTS = options.defaults() | {"trials": 300}
 
 
 @pytest.mark.parametrize("algo", ["privlr", "relaxed_fm"])
@@ -173,7 +184,8 @@ def test_plugin_release_audit(algo):
     """The plugin's own fit, its releases recorded: correct at eps = 1 it passes; the canary (x = 1, one row of a
     2-feature table) moves the coefficients by half their L1 sensitivity, so the log-likelihood ratio spans
     [-0.5, 0.5] for privlr."""
-    rep = audit.distinguishing(audit.setup_for_table(algo, tiny(), 1.0), PLUGIN_OPTS, lambda _m: None)
+    s = fitting.setup_for_table([f"algo={algo}", "eps=1"], tiny())
+    rep = distinguishing.distinguishing(s, PLUGIN_OPTS, lambda _m: None)
     assert rep.details["view"] == "release" and rep.details["releases_per_fit"] >= 1
     assert rep.verdict == "pass" and rep.eps_claimed == pytest.approx(1.0)
     if algo == "privlr":
@@ -185,7 +197,8 @@ def test_plugin_with_broken_noise_is_caught(algo, broken_noise):
     """At the default trial count (relaxed_fm's Gaussian needs them: its bulk, not its tail, carries the
     evidence at 1000 releases)."""
     opts = PLUGIN_OPTS | {"trials": TRIALS}
-    rep = audit.distinguishing(audit.setup_for_table(algo, tiny(), 1.0), opts, lambda _m: None)
+    rep = distinguishing.distinguishing(fitting.setup_for_table([f"algo={algo}", "eps=1"], tiny()), opts,
+                                        lambda _m: None)
     assert rep.verdict == "fail" and rep.eps_lb > 1
 
 
@@ -218,7 +231,7 @@ def test_command_errors_are_one_line(args, says, capsys, tmp_path):
 
 def test_options_are_checked_before_anything_runs():
     with pytest.raises(ConfigError, match="allowed: an integer >= 20"):
-        audit.options(["audit.rows=3"])
+        options.options(["audit.rows=3"])
 
 
 def test_audit_page_is_generated_from_the_committed_summary():
@@ -226,8 +239,8 @@ def test_audit_page_is_generated_from_the_committed_summary():
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[1]
-    summary = json.loads((root / audit.ROOT / "summary.json").read_text())
-    assert (root / audit.DOC).read_text() == audit.render_doc(summary)
+    summary = json.loads((root / report.ROOT / "summary.json").read_text())
+    assert (root / page.DOC).read_text() == page.render_doc(summary)
     names = {r["algo"] for r in summary["rows"]}
     from privfair_cli import registry
 
@@ -242,10 +255,10 @@ def test_edge_canary_neighbours():
     edges = np.array([[0, 1], [1, 2], [2, 3], [3, 4], [1, 3], [0, 2]])
     g = graphs.build(edges, 6)  # vertex 5 isolated: never an endpoint
     table = Table("net", np.zeros((6, 0)), np.zeros(6, int), None, [], meta={"graph": g})
-    canary, _ = audit.canary_record(table, "extreme")
+    canary, _ = canaries.canary_record(table, "extreme")
     u, v = canary["edge"]
     assert 4 in (u, v) and 5 not in (u, v) and g.adjacency[u, v] == 0
-    d0, d1 = audit.with_edge(table, (u, v), False), audit.with_edge(table, (u, v), True)
+    d0, d1 = canaries.with_edge(table, (u, v), False), canaries.with_edge(table, (u, v), True)
     diff = (d1.meta["graph"].adjacency - d0.meta["graph"].adjacency).toarray()
     assert diff.sum() == 2 and diff[u, v] == diff[v, u] == 1
 
@@ -253,7 +266,7 @@ def test_edge_canary_neighbours():
 def test_one_run_audit_runs_on_a_classifier():
     """The one-run plumbing on a cheap classifier: m canaries, half included, r = 2k guesses scored."""
     opts = PLUGIN_OPTS | {"canaries": 200, "guess_fraction": 0.25}
-    rep = audit.one_run(audit.setup_for_table("privlr", tiny(), 1.0), opts, lambda _m: None)
+    rep = one_run.one_run(fitting.setup_for_table(["algo=privlr", "eps=1"], tiny()), opts, lambda _m: None)
     d = rep.details
     assert d["canaries"] == 200 and d["guesses"] == 100 and 0 <= d["correct"] <= 100
     assert 50 < d["included"] < 150 and rep.verdict == "pass"
@@ -265,7 +278,7 @@ def test_one_run_audit_has_power_when_the_model_memorises():
     with 200 canaries: the one-run audit finds a positive bound (0.27 when this test was written), and it stays
     below the claim."""
     require_data("german_credit")
-    rep = audit.audit(["algo=dpsgd", "data=german", "eps=1e7", "algo.sigma=0.01", "algo.reference=false",
-                       "algo.epochs=50", "algo.lr=1", "algo.C=10", "algo.l2=0"],
-                      {"canaries": 200, "guess_fraction": 0.2})
+    rep = run.audit(["algo=dpsgd", "data=german", "eps=1e7", "algo.sigma=0.01", "algo.reference=false",
+                     "algo.epochs=50", "algo.lr=1", "algo.C=10", "algo.l2=0"],
+                    {"canaries": 200, "guess_fraction": 0.2})
     assert rep.mode == "one_run" and rep.eps_lb > 0 and rep.verdict == "pass"

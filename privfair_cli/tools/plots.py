@@ -453,7 +453,7 @@ def artifact_curves(runs: pd.DataFrame, comparison, out_dir: Path, name: str, ar
 def audit_histogram(out_d: np.ndarray, out_d1: np.ndarray, threshold, path: Path, title: str = "",
                     labels: tuple[str, str] = ("D", "D + canary")) -> None:
     """`privfair audit`: the distributions of the audit statistic on the two neighbouring inputs, with the chosen
-    threshold (privfair_cli/tools/audit.py)."""
+    threshold (privfair_cli/tools/audit/)."""
     both = np.concatenate([out_d, out_d1])
     both = both[np.isfinite(both)]
     bins = np.histogram_bin_edges(both, bins=40) if both.size and np.ptp(both) > 0 else 10

@@ -1,0 +1,46 @@
+"""`privfair audit algo=A data=D eps=E [audit.key=value ...]` (`cmd_audit`) and `python -m privfair_cli.tools.audit`
+(`main`: `--all` runs the suite, `--only` a part of it, then the summary and docs/audit.md are rewritten)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from privfair_cli.tools.audit.options import options
+from privfair_cli.tools.audit.page import DOC, render_doc
+from privfair_cli.tools.audit.report import ROOT, folder, line, write
+from privfair_cli.tools.audit.run import audit
+from privfair_cli.tools.audit.suite import collect, suite
+
+
+def cmd_audit(args) -> int:
+    """`privfair audit algo=A data=D eps=E [audit.key=value ...]`: exit 0 pass, 1 lower bound above the claim."""
+    opts, overrides = options(args.overrides)
+    rep = audit(overrides, opts, progress=lambda m: print(f"  {m}", file=sys.stderr))
+    eps_arg = rep.eps_claimed
+    out = write(rep, folder(rep, eps_arg, opts))
+    print(line(rep))
+    print(f"results: {out}")
+    return 1 if rep.failed else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m privfair_cli.tools.audit", description="audit every private algorithm")
+    p.add_argument("--all", action="store_true", help="audit every registered private algorithm, write the summary")
+    p.add_argument("--only", help="comma-separated algorithms (with --all: only these; the others' rows are kept)")
+    p.add_argument("--doc", action="store_true", help="regenerate results/audit/summary.json and docs/audit.md "
+                   "from the rows already written")
+    a = p.parse_args(argv)
+    summary_path = ROOT / "summary.json"
+    if a.all:
+        rows = suite(a.only.split(",") if a.only else None)
+        print(f"{len(rows)} algorithms in {sum(r.get('seconds', 0) for r in rows):.0f} s")
+    summary = collect()
+    summary_path.parent.mkdir(parents=True, exist_ok=True)
+    summary_path.write_text(json.dumps(summary, indent=2) + "\n")
+    DOC.write_text(render_doc(summary))
+    print(f"wrote {summary_path} and {DOC}")
+    failed = [r["algo"] for r in summary["rows"]
+              if r["verdict"] == "fail" and r.get("guarantee") not in ("heuristic", "none")]
+    return 1 if failed else 0

@@ -1,0 +1,32 @@
+"""One audit: a configuration through the check its `audit.mode` names (`auto`: the one-run test for a classifier
+under the `rdp` accountant, else the distinguishing test), timed."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from privfair_cli.errors import ConfigError
+from privfair_cli.tools.audit.distinguishing import distinguishing
+from privfair_cli.tools.audit.fitting import setup
+from privfair_cli.tools.audit.one_run import one_run
+from privfair_cli.tools.audit.options import defaults
+from privfair_cli.tools.audit.report import Report
+
+CHECKS = {"distinguish": distinguishing, "one_run": one_run}
+
+
+def audit(overrides: list[str], opts: dict | None = None, progress: Callable[[str], None] | None = None) -> Report:
+    """Audit one configuration (`algo=... data=... eps=...` overrides) with the audit options `opts`."""
+    opts = defaults() | (opts or {})
+    t0 = time.perf_counter()
+    s = setup(overrides, opts["rows"], opts["seed"])
+    mode = opts["mode"]
+    if mode == "auto":
+        mode = "one_run" if s.cls.accountant == "rdp" and s.cls.kind == "classifier" else "distinguish"
+    if mode == "one_run" and s.cls.kind != "classifier":
+        raise ConfigError(f"audit.mode=one_run scores canaries by a classifier's loss; algo={s.rc.algo} is a "
+                          f"{s.cls.kind}: use audit.mode=distinguish")
+    rep = CHECKS[mode](s, opts, progress or (lambda _m: None))
+    rep.seconds = time.perf_counter() - t0
+    return rep
