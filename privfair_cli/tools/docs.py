@@ -3,8 +3,9 @@
 Reads every experiment config with a `reproduce:` block (`configs/experiment/*.yaml`) and its committed comparison
 (`results/reproduce/<experiment>/comparison.csv`, written by `privfair reproduce`), and the plugin registry, then
 
-- writes `docs/reproduction.md`: per paper, experiment and table, how many cells match, deviate, are substituted or
-  were not run (and which published cells no experiment compares: `not_comparable`, with the reason), with a
+- writes `docs/reproduction.md`: per paper, experiment and table, how many cells match, are only consistent,
+  deviate, are substituted, were not run or are not comparable (timing cells, and the published cells no
+  experiment compares, with the reason), whether a run record stands behind the numbers (`runs.csv.gz`), with a
   link to each comparison and every non-matching cell's reason; and per algorithm family, the
   matched / deviating cells now against the recorded baseline (`results/reproduce/baseline.csv`: the counts per
   experiment and table before the comparisons were last reworked), so a change of how we measure shows its effect;
@@ -33,10 +34,12 @@ from pathlib import Path
 import pandas as pd
 from omegaconf import OmegaConf
 
+from privfair_cli.tools import records
 from privfair_cli.tools.tables import row
+from privfair_cli.tools.verdicts import VERDICTS
 
-VERDICTS = ("match", "deviates", "substitute", "not_run")
-LABELS = {"match": "match", "deviates": "deviates", "substitute": "substitute", "not_run": "not run"}
+LABELS = {"match": "match", "consistent": "consistent", "deviates": "deviates", "substitute": "substitute",
+          "not_run": "not run", "not_comparable": "not comparable"}
 NO_REASON = "(no reason recorded)"
 START = "<!-- reproduction-summary:start -->"
 END = "<!-- reproduction-summary:end -->"
@@ -67,6 +70,8 @@ class Experiment:
     about: str  # the config's leading comment
     spec: dict  # its `reproduce:` block
     cells: pd.DataFrame | None  # the committed comparison; None when none is committed
+    record: pd.DataFrame | None = None  # the committed run record (runs.csv.gz); None when there is none
+    repeated: tuple[int, ...] = ()  # positions in `primary` of cells an earlier experiment compares (counted there)
 
     @property
     def paper(self) -> str:
@@ -94,6 +99,15 @@ class Experiment:
     def primary(self) -> pd.DataFrame | None:
         """The comparison's rows, one per published cell (without the `extra` rows)."""
         return None if self.cells is None else self.cells[~self.extra]
+
+    @property
+    def counted(self) -> pd.DataFrame | None:
+        """The rows this experiment counts in the totals: `primary` without the cells counted under an earlier
+        experiment; none for a `variant_of` experiment."""
+        if self.cells is None or self.spec.get("variant_of"):
+            return None
+        primary = self.primary
+        return primary.drop(primary.index[list(self.repeated)])
 
 
 # published metrics that describe the data or a model (sizes, counts), not a result of an algorithm
@@ -186,9 +200,31 @@ def experiments(root: Path, results_root: Path | None = None) -> list[Experiment
         spec = _experiment(root, path.stem).get("reproduce")
         if not spec:
             continue
-        csv = (results_root or root / "results") / "reproduce" / path.stem / "comparison.csv"
+        folder = (results_root or root / "results") / "reproduce" / path.stem
+        csv = folder / "comparison.csv"
         cells = pd.read_csv(csv, dtype=str, keep_default_na=False) if csv.is_file() else None
-        out.append(Experiment(path.stem, _about(path), spec, cells))
+        out.append(Experiment(path.stem, _about(path), spec, cells, records.read(folder)))
+    return _mark_repeated(root, out)
+
+
+def _mark_repeated(root: Path, exps: list[Experiment]) -> list[Experiment]:
+    """Each published cell is counted once: the cells of an experiment that an earlier one (not a `variant_of`)
+    compares too are marked `repeated`."""
+    from dataclasses import replace
+
+    from privfair_cli.tools import reproduce
+
+    seen: set = set()
+    out = []
+    for e in exps:
+        if e.cells is None or e.spec.get("variant_of"):
+            out.append(e)
+            continue
+        cells = reproduce.published_cells(pd.read_csv(root / "results" / "published" / e.spec["published"]), e.spec)
+        keys = [(e.spec["published"], i) for i in cells.index]
+        repeated = tuple(k for k, key in enumerate(keys) if key in seen) if len(keys) == len(e.primary) else ()
+        seen.update(keys)
+        out.append(replace(e, repeated=repeated))
     return out
 
 
@@ -219,25 +255,44 @@ def _duration(seconds: float | None) -> str:
     return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.1f} min"
 
 
+def record_state(e: Experiment) -> str:
+    """Whether a run record stands behind the experiment's numbers: `N runs`, `N runs; k cells without`, `none`."""
+    if e.cells is None:
+        return ""
+    without = int((e.cells.get("recorded", pd.Series(dtype=str)) == "no").sum())
+    if e.record is None or e.record.empty:
+        return "**none**" if without or (e.cells["verdict"] != "not_run").any() else ""
+    return f"{len(e.record)} runs" + (f"; {without} cells without" if without else "")
+
+
 def summary_table(exps: list[Experiment], report_link: str = "docs/reproduction.md",
-                  times: dict[str, float] | None = None) -> str:
-    """One row per experiment: its tables and the number of cells per verdict (the README's summary); with `times`
-    (`make reproduce`), a last column with each experiment's wall time. The totals leave out the experiments that
-    declare `variant_of` (the same published cells measured with another option)."""
+                  times: dict[str, float] | None = None, unlisted: int | None = None) -> str:
+    """One row per experiment: its tables, the number of cells per verdict and its run record (the report's
+    summary); with `times` (`make reproduce`), a last column with each experiment's wall time; with `unlisted`, a
+    row of the published cells in no comparison (`not_comparable`), so the totals count every published cell. The
+    totals leave out the experiments that declare `variant_of` (the same published cells measured with another
+    option)."""
     timed = times is not None
-    head = ["experiment", "paper tables", *(LABELS[v] for v in VERDICTS), *(["wall time"] if timed else [])]
+    head = ["experiment", "paper tables", *(LABELS[v] for v in VERDICTS), "run record",
+            *(["wall time"] if timed else [])]
     lines = [row(head), row(["---"] * len(head))]
     total = dict.fromkeys(VERDICTS, 0)
     for e in exps:
         counts = _counts(e.primary)
+        once = _counts(e.counted)  # a variant's cells, and cells an earlier experiment compares, are counted once
         for v in VERDICTS:
-            total[v] += 0 if e.spec.get("variant_of") else counts[v]  # a variant's cells are counted once
+            total[v] += once[v]
         name = f"[`{e.name}`]({report_link}#{_anchor(e.name)})"
         tables = ", ".join(e.tables)
-        verdicts = _count_cells(counts) if e.cells is not None else ["", "", "", "no comparison committed"]
-        lines.append(row([name, tables, *verdicts, *([_duration(times.get(e.name))] if timed else [])]))
+        verdicts = _count_cells(counts) if e.cells is not None else [""] * (len(VERDICTS) - 1) + ["no comparison"]
+        lines.append(row([name, tables, *verdicts, record_state(e),
+                          *([_duration(times.get(e.name))] if timed else [])]))
+    if unlisted is not None:
+        total["not_comparable"] += unlisted
+        lines.append(row(["published cells in no comparison", "(below)", *[""] * (len(VERDICTS) - 1),
+                          str(unlisted), "", *([""] if timed else [])]))
     lines.append(row(["**all**", f"{len(exps)} experiments", *(f"**{total[v]}**" for v in VERDICTS),
-                       *([_duration(sum(times.values()))] if timed else [])]))
+                      f"**{sum(total.values()):,}** cells", *([_duration(sum(times.values()))] if timed else [])]))
     return "\n".join(lines)
 
 
@@ -263,6 +318,22 @@ def _reasons(cells: pd.DataFrame) -> list[str]:
     return lines
 
 
+def _provenance(e: Experiment) -> str:
+    """What stands behind the experiment's numbers: its run record, and the cells it does not give."""
+    without = int((e.cells.get("recorded", pd.Series(dtype=str)) == "no").sum())
+    if e.record is None or e.record.empty:
+        if not without:
+            return "No run record: no cell has a number."
+        return (f"**No run record yet** (`results/reproduce/{e.name}/{records.FILE}` is absent): the {without} "
+                "numbers of this comparison come from runs made before run records existed and cannot be "
+                "re-derived here (`recorded` = no); the regression guard does not cover them.")
+    text = f"Run record: [`{records.FILE}`](../results/reproduce/{e.name}/{records.FILE}), {records.summary(e.record)}."
+    if without:
+        text += (f" **{without} cells have no run behind them in the record** (`recorded` = no): their numbers come "
+                 "from an earlier comparison and cannot be re-derived here.")
+    return text
+
+
 def _experiment_section(e: Experiment) -> list[str]:
     lines = [f"### {e.name}", "", e.about, ""]
     if e.cells is None:
@@ -272,7 +343,7 @@ def _experiment_section(e: Experiment) -> list[str]:
                      "without a CUDA device." if skip else "."), ""]
         return lines
     lines += [f"Comparison: [comparison.md]({_link(e.name, '../')}) "
-              f"([csv](../results/reproduce/{e.name}/comparison.csv)).", ""]
+              f"([csv](../results/reproduce/{e.name}/comparison.csv)).", "", _provenance(e), ""]
     head = ["table", "cells", *(LABELS[v] for v in VERDICTS)]
     lines += [row(head), row(["---"] * len(head))]
     for table in e.tables:
@@ -311,39 +382,40 @@ def family_table(root: Path, exps: list[Experiment]) -> str:
     deviates) that match. Experiments without a baseline row count 0 before."""
     csv = root / BASELINE
     base = pd.read_csv(csv) if csv.is_file() else pd.DataFrame(columns=["experiment", *VERDICTS])
-    before = base.groupby("experiment")[list(VERDICTS)].sum()
+    before = base.groupby("experiment")[["match", "deviates"]].sum()
     families = experiment_families(root, exps)
     rows: dict[str, list[int]] = {}
     variants: dict[str, list[int]] = {}
     for e in exps:
-        now = _counts(e.primary)
+        now = _counts(e.primary if e.spec.get("variant_of") else e.counted)
         if e.spec.get("variant_of"):  # the same published cells as another experiment: counted there, shown apart
-            acc = variants.setdefault(families[e.name], [0, 0])
+            acc = variants.setdefault(families[e.name], [0, 0, 0])
             acc[0] += now["match"]
-            acc[1] += now["deviates"]
+            acc[1] += now["consistent"]
+            acc[2] += now["deviates"]
             continue
         old = before.loc[e.name] if e.name in before.index else dict.fromkeys(VERDICTS, 0)
-        acc = rows.setdefault(families[e.name], [0, 0, 0, 0])
-        for k, v in enumerate([old["match"], old["deviates"], now["match"], now["deviates"]]):
+        acc = rows.setdefault(families[e.name], [0, 0, 0, 0, 0])
+        for k, v in enumerate([old["match"], old["deviates"], now["match"], now["consistent"], now["deviates"]]):
             acc[k] += int(v)
 
     def share(m: int, d: int) -> str:
         return f"{100 * m / (m + d):.0f}%" if m + d else ""
 
-    head = ["family", "match before", "deviates before", "matched before", "match now", "deviates now",
-            "matched now", "variants: match / deviates"]
+    head = ["family", "match before", "deviates before", "matched before", "match now", "consistent now",
+            "deviates now", "matched now", "variants: match / consistent / deviates"]
     lines = [row(head), row(["---"] * len(head))]
-    total = [0, 0, 0, 0]
+    total = [0, 0, 0, 0, 0]
     for family in sorted(rows):
-        mb, db, mn, dn = rows[family]
+        mb, db, mn, cn, dn = rows[family]
         total = [t + v for t, v in zip(total, rows[family], strict=True)]
         link = f"[{family}](families/{family}.md)" if family != "other" else family
         var = variants.get(family)
-        lines.append(row([link, str(mb), str(db), share(mb, db), str(mn), str(dn), share(mn, dn),
-                           f"{var[0]} / {var[1]}" if var else ""]))
-    mb, db, mn, dn = total
-    lines.append(row(["**all**", f"**{mb}**", f"**{db}**", share(mb, db), f"**{mn}**", f"**{dn}**",
-                       share(mn, dn), ""]))
+        lines.append(row([link, str(mb), str(db), share(mb, db), str(mn), str(cn), str(dn), share(mn, cn + dn),
+                          " / ".join(map(str, var)) if var else ""]))
+    mb, db, mn, cn, dn = total
+    lines.append(row(["**all**", f"**{mb}**", f"**{db}**", share(mb, db), f"**{mn}**", f"**{cn}**", f"**{dn}**",
+                      share(mn, cn + dn), ""]))
     return "\n".join(lines)
 
 
@@ -366,7 +438,8 @@ def report(exps: list[Experiment], root: Path | None = None) -> str:
         "",
         "## Summary",
         "",
-        summary_table(exps, report_link=""),
+        summary_table(exps, report_link="", unlisted=len(not_comparable(root, exps)) if root is not None and
+                      (root / "results" / "published").is_dir() else None),
         "",
     ]
     if root is not None and (root / "results" / "published").is_dir():
@@ -402,21 +475,29 @@ def family_summary(root: Path, exps: list[Experiment], report_link: str = "docs/
     table is in the report). Variant experiments (`variant_of`) are counted with their experiments but not in the
     cells, which their main experiment already counts."""
     families = experiment_families(root, exps)
-    head = ["family", "experiments", *(LABELS[v] for v in VERDICTS)]
+    head = ["family", "experiments", *(LABELS[v] for v in VERDICTS), "without a run record"]
     lines = [row(head), row(["---"] * len(head))]
     total = dict.fromkeys(VERDICTS, 0)
+    bare = 0
     for family in sorted(set(families.values())):
         mine = [e for e in exps if families[e.name] == family]
         counts = dict.fromkeys(VERDICTS, 0)
         for e in mine:
-            if not e.spec.get("variant_of"):
-                counts = {v: counts[v] + n for v, n in _counts(e.primary).items()}
+            counts = {v: counts[v] + n for v, n in _counts(e.counted).items()}
         total = {v: total[v] + counts[v] for v in VERDICTS}
         missing = sum(e.cells is None for e in mine)
+        unrecorded = sum(record_state(e) == "**none**" for e in mine)
+        bare += unrecorded
         n = f"{len(mine)}" + (f" ({missing} without a comparison)" if missing else "")
         link = f"[{family}](docs/families/{family}.md)" if family != "other" else family
-        lines.append(row([link, n, *_count_cells(counts)]))
-    lines.append(row(["**all**", f"[{len(exps)}]({report_link})", *(f"**{total[v]}**" for v in VERDICTS)]))
+        bare_text = f"{unrecorded} experiment{'s' * (unrecorded != 1)}" if unrecorded else ""
+        lines.append(row([link, n, *_count_cells(counts), bare_text]))
+    unlisted = len(not_comparable(root, exps)) if (root / "results" / "published").is_dir() else 0
+    if unlisted:
+        total["not_comparable"] += unlisted
+        lines.append(row(["published cells in no comparison", "", *[""] * (len(VERDICTS) - 1), str(unlisted), ""]))
+    lines.append(row(["**all**", f"[{len(exps)}]({report_link})", *(f"**{total[v]}**" for v in VERDICTS),
+                      f"**{bare}** experiments"]))
     return "\n".join(lines)
 
 

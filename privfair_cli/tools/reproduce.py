@@ -5,34 +5,34 @@ The experiment config (`configs/experiment/NAME.yaml`) holds the sweep (`hydra.s
 `results/reproduce/NAME/runs/` and are resumed (complete runs are skipped). The comparison (`comparison.csv` /
 `.md`) and the figures are written once, here:
 
-- `privfair reproduce NAME` (the full sweep): `results/reproduce/NAME/`, the canonical comparison, built from the
-  run folders of the full sweep only (runs of other configs under `runs/` never enter it);
+- `privfair reproduce NAME` (the full sweep, or `--update` with a subset): the complete runs of the full sweep
+  found here (runs of other configs under `runs/` never enter it) are merged into the committed run record
+  `results/reproduce/NAME/runs.csv.gz` (`privfair_cli.tools.records`), and the canonical comparison
+  `results/reproduce/NAME/comparison.csv` is computed from that record read back, so `--no-run` re-derives it
+  from the record alone, bit for bit (`derive`). A cell no recorded run measures keeps the number of the
+  committed comparison, re-judged, with `recorded = no` (comparisons older than their record); a cell with
+  neither is `not_run`;
 - `privfair reproduce NAME <overrides>` (a subset, or other settings): `results/reproduce/NAME/subsets/<slug>/`,
-  built from the runs of that command's sweep; the canonical comparison is left as it is, unless `--update`
-  asks to recompute its cells that the full sweep's local runs measure (the others keep their committed rows:
-  run folders are not committed, so a long table grows a few cells at a time). A full run that a machine without
-  CUDA restricts to the CPU cells (`without_cuda`) updates the canonical comparison the same way, so the committed
-  CUDA cells are never turned into `not_run`; no update is written when a run failed.
+  built from the runs of that command's sweep; the record and the canonical comparison are left as they are.
 
 A run that fails is recorded in its folder and its cells show `not_run`; the others are compared.
 
-Verdict of a cell: `match` when |ours - published| <= tolerance, with
-`tolerance = max(floor, 2 c sqrt(std_pub^2 + std_ours^2) / sqrt(runs))` (two standard errors of the difference
-of the two statistics when both sides summarise `runs` runs); `deviates` otherwise. The statistic is the one the
-paper publishes (`statistic`): for `mean` (the default) a cell is the mean and sample std of its runs and `c = 1`;
-for `median` it is the median and the robust spread `1.4826 MAD` (a consistent estimate of the std) and
-`c = sqrt(pi / 2)`, the asymptotic efficiency factor of the median's standard error; `substitute` where our
-dataset stands in for one that is not public; `not_run` where no run matched the cell, or where some of its runs
-have no value for the metric (a solver that did not reach an optimal status reports NaN): such a cell is N/A with
-the number of failed runs and the statuses their warnings name, never a mean over the remaining runs.
+Verdict of a cell (`privfair_cli.tools.verdicts`): `match`, `consistent`, `deviates`, `substitute`, `not_run`,
+`not_comparable` (timing cells), from a closeness band that does not grow with our spread (the metric kind's
+floor, relative band, or the published std) and the statistical bound. The statistic is the one the paper
+publishes (`statistic`): for `mean` (the default) a cell is the mean and sample std of its runs; for `median` it is
+the median and the robust spread `1.4826 MAD` (a consistent estimate of the std); `not_run` where no run matched
+the cell, or where some of its runs have no value for the metric (a solver that did not reach an optimal status
+reports NaN): such a cell is N/A with the number of failed runs and the statuses their warnings name, never a mean
+over the remaining runs.
 
 Keys of the `reproduce:` block (REQUIRED, then optional):
 - `published` (a CSV under results/published), `table` (one name or a list), `datasets` ({published: card, or a
   list of cards told apart by a setting}), `metrics` ({published metric: our metric key}).
-- `algorithms` ({published: ours}), `settings` ({setting key: config path}), `floors` ({published metric:
-  tolerance floor}, default 0.01), `reasons` ({"algorithm|dataset|metric" glob, or "...|setting": why the cell
-  deviates}), `substitute` (published datasets we stand in for), `without_cuda` (`skip`, or the overrides that
-  fit a CPU, e.g. `["data=adult,dutch"]`), `values` ({setting key: {published value: our value}}),
+- `algorithms` ({published: ours}), `settings` ({setting key: config path}), `reasons` ({"algorithm|dataset|metric"
+  glob, or "...|setting": why the cell deviates}), `substitute` (published datasets we stand in for),
+  `without_cuda` (`skip`, or the overrides that fit a CPU, e.g. `["data=adult,dutch"]`), `values` ({setting key:
+  {published value: our value}}),
   `metric_suffix` ({setting key: {published value: suffix of our metric key}}, e.g. `group=female` ->
   `accuracy_s0`).
 - `metrics_by_dataset` ({published dataset: {published metric: our key}}): keys that replace `metrics` for one
@@ -53,12 +53,10 @@ Keys of the `reproduce:` block (REQUIRED, then optional):
   metric key behind each cell.
 - `title`: the heading of comparison.md; `figure`: figure kinds (`privfair_cli.tools.plots`), one mapping or a list.
 - `statistic` (`mean` or `median`, default `mean`): the statistic each published cell reports over its runs (e.g.
-  PreFair Fig. 8: "each cell is a median over 10 runs"); it picks the default cell function and the tolerance's
-  spread. A custom `cell` computes its own number and is only allowed with `mean`.
+  PreFair Fig. 8: "each cell is a median over 10 runs"); it picks the default cell function and the statistical
+  bound's factor. A custom `cell` computes its own number and is only allowed with `mean`.
 - `variant_of` (an experiment name): this experiment measures the same published cells as that one with another
   option (e.g. PreFair's Private-PGM estimator); the docs list it but count its cells only once, under that one.
-- `fast`: the experiment's fast subset for the regression guard (`privfair_cli.tools.regress`): a list of overrides, or
-  `{skip: reason}` where no subset is fast enough.
 """
 
 from __future__ import annotations
@@ -77,20 +75,22 @@ from omegaconf import OmegaConf
 
 from privfair_cli import results
 from privfair_cli.errors import ConfigError
-from privfair_cli.tools import tables
+from privfair_cli.tools import records, tables
+from privfair_cli.tools.verdicts import STATISTICS, judge
 
+# `bound`: the statistical bound (verdicts); `runs`: our runs behind the cell; `recorded`: `yes` where the number
+# comes from the run record, `no` where it is kept from an earlier comparison that has no run record
 COLUMNS = ["table", "dataset", "algorithm", "setting", "metric", "published_mean", "published_std", "ours_mean",
-           "ours_std", "deviation", "tolerance", "verdict", "reason"]
+           "ours_std", "deviation", "tolerance", "verdict", "reason", "bound", "runs", "recorded"]
 KEY = "our_metric"  # the metric key behind each cell: in every comparison frame, written only when `columns` asks
-RUNS = "runs"  # the number of our runs behind each cell: in every comparison frame, never written
-STATED = "stated_reason"  # the reason the config gives the cell, whatever its verdict (for the guard); never written
-HIDDEN = [KEY, RUNS, STATED]
+RUNS = "runs"
+STATED = "stated_reason"  # the reason the config gives the cell, whatever its verdict; never written
+HIDDEN = [KEY, STATED]
 RESULTS_ROOT = Path("results")  # outputs, relative to the working directory like every run folder
 REQUIRED = ("published", "table", "datasets", "metrics")
-OPTIONAL = ("algorithms", "settings", "floors", "reasons", "substitute", "without_cuda", "values", "metric_suffix",
-            "metrics_by_dataset", "key_notes", "cell", "label", "variants", "columns", "title", "figure", "fast",
-            "statistic", "variant_of")
-STATISTICS = {"mean": 1.0, "median": math.sqrt(math.pi / 2)}  # statistic -> factor c of its standard error
+OPTIONAL = ("algorithms", "settings", "reasons", "substitute", "without_cuda", "values", "metric_suffix",
+            "metrics_by_dataset", "key_notes", "cell", "label", "variants", "columns", "title", "figure", "statistic",
+            "variant_of")
 MAD_TO_STD = 1.4826  # 1 / Phi^-1(3/4): the MAD of a normal sample times this estimates its std
 
 
@@ -167,17 +167,12 @@ class Cell:
     reason: str = ""
 
 
-STATUS = re.compile(r"status '([^']*)'|status \"([^\"]*)\"")  # a solver status quoted in a run's warning
-
-
 def run_statuses(sel: pd.DataFrame) -> str:
-    """The solver statuses the runs of `sel` name in their warnings (`status '...'`), with counts, e.g.
-    "status 'optimal_inaccurate' in 2 runs"; '' where none names one (or the runs have no folder)."""
+    """The solver statuses the runs of `sel` name in their warnings (the record's `statuses`), with counts, e.g.
+    "status 'optimal_inaccurate' in 2 runs"; '' where none names one."""
     found: dict[str, int] = {}
-    for run_dir in sel["run_dir"] if "run_dir" in sel else []:
-        rec, _ = results.read_record(Path(run_dir))
-        names = {m.group(1) or m.group(2) for w in (rec or {}).get("warnings", []) for m in STATUS.finditer(str(w))}
-        for name in names:
+    for text in sel["statuses"] if "statuses" in sel else []:
+        for name in filter(None, str(text).split(";")) if isinstance(text, str) else []:
             found[name] = found.get(name, 0) + 1
     return "; ".join(f"status '{k}' in {v} run{'s' * (v > 1)}" for k, v in sorted(found.items()))
 
@@ -348,30 +343,24 @@ def key_of(spec: dict, dataset: str, metric: str, setting: dict[str, str]) -> st
     return base + "".join(str((table or {}).get(setting.get(key), "")) for key, table in suffixes.items())
 
 
-def _row(spec: dict, r, label: str, key: str, cell: Cell, reason: str | None) -> list:
-    pub_std = 0.0 if pd.isna(r.std) else float(r.std)
-    ours_std = 0.0 if math.isnan(cell.std) else cell.std
-    tol = max(float((spec.get("floors") or {}).get(r.metric, 0.01)),
-              2 * STATISTICS[spec.get("statistic", "mean")] * math.sqrt(pub_std**2 + ours_std**2)
-              / math.sqrt(max(cell.n, 1)))
-    dev = cell.mean - float(r.mean) if cell.n else float("nan")
-    if not cell.n:
-        verdict = "not_run"
-    elif r.dataset in set(spec.get("substitute") or []):
-        verdict = "substitute"
-    else:
-        verdict = "match" if abs(dev) <= tol else "deviates"
+def _row(spec: dict, r, label: str, key: str, cell: Cell, reason: str | None, recorded: str = "yes",
+         setting: str | None = None) -> list:
+    """One comparison row: the cell's verdict (verdicts.judge), its reason and setting. `recorded` says where the
+    number comes from (the run record, or `no`: kept from a comparison without one, whose `setting` it keeps)."""
+    j = judge(r.metric, r.mean, r.std, cell.mean, cell.std, cell.n, spec.get("statistic", "mean"),
+              substitute=r.dataset in set(spec.get("substitute") or []))
     # the reason the config gives this cell (a variant's own, the cell function's, else the experiment's)
     stated = cell.reason or (reason if reason is not None else _reason(spec, r.algorithm, r.dataset, r.metric,
                                                                        r.setting))
     if cell.reason:
         reason = cell.reason
     elif reason is None:  # a published cell: the experiment's reason where it does not match
-        reason = stated if verdict != "match" else ""
-    notes = [text for pattern, text in (spec.get("key_notes") or {}).items() if fnmatch.fnmatch(key, pattern)]
-    setting = ";".join([r.setting, *notes, *([cell.note] if cell.note else [])])
-    return [r.table, r.dataset, r.algorithm, setting, label, float(r.mean), r.std, cell.mean, cell.std, dev, tol,
-            verdict, reason, key, cell.n, stated]
+        reason = stated if j.verdict != "match" else ""
+    if setting is None:
+        notes = [text for pattern, text in (spec.get("key_notes") or {}).items() if fnmatch.fnmatch(key, pattern)]
+        setting = ";".join([r.setting, *notes, *([cell.note] if cell.note else [])])
+    return [r.table, r.dataset, r.algorithm, setting, label, float(r.mean), r.std, cell.mean, cell.std, j.deviation,
+            j.tolerance, j.verdict, reason, j.bound, cell.n, recorded if cell.n else "", key, stated]
 
 
 def published_cells(published: pd.DataFrame, spec: dict) -> pd.DataFrame:
@@ -384,41 +373,101 @@ def published_cells(published: pd.DataFrame, spec: dict) -> pd.DataFrame:
     return pub[pub["algorithm"].isin(algos)] if algos else pub
 
 
-def compare(runs: pd.DataFrame, published: pd.DataFrame, spec: dict) -> pd.DataFrame:
-    """One row per published cell of the experiment (then its `variants`), in the published order."""
+def _tracked(pick, into: set):
+    """`pick`, noting the index of every run it returns in `into` (which runs a cell reads)."""
+    def tracked(algorithm: str) -> pd.DataFrame:
+        sel = pick(algorithm)
+        into.update(sel.index)
+        return sel
+    return tracked
+
+
+def compare(runs: pd.DataFrame, published: pd.DataFrame, spec: dict, kept: dict[int, tuple[Cell, str]] | None = None,
+            used: list[set] | None = None) -> pd.DataFrame:
+    """One row per published cell of the experiment (then its `variants`), in the published order. `kept`: row
+    position -> (cell, setting) of an earlier comparison, used where no run measures the row (`recorded` = no);
+    `used`: filled with the index labels of the runs each row reads."""
     algos = spec.get("algorithms") or {}
     pub = published_cells(published, spec)
     cell = _cell_function(spec)
-    rows = []
+    rows: list[list] = []
+
+    def add(r, label, key, pick, algo, reason):
+        into: set = set()
+        found = cell(_tracked(pick, into), algo, key)
+        if used is not None:
+            used.append(into)
+        if not found.n and kept and len(rows) in kept:
+            old, setting = kept[len(rows)]
+            rows.append(_row(spec, r, label, key, old, reason, "no", setting))
+        else:
+            rows.append(_row(spec, r, label, key, found, reason))
+
     for r in pub.itertuples(index=False):
         setting = parse_setting(r.setting)
         pick = functools.partial(select, runs, spec, r.dataset, setting)
         algo = algos.get(r.algorithm, r.algorithm)
         key = key_of(spec, r.dataset, r.metric, setting)
-        rows.append(_row(spec, r, spec.get("label", "{metric}").format(metric=r.metric), key,
-                         cell(pick, algo, key), None))
+        add(r, spec.get("label", "{metric}").format(metric=r.metric), key, pick, algo, None)
         for variant in spec.get("variants") or []:
             other = (variant.get("keys") or {}).get(key)
             if other:
-                rows.append(_row(spec, r, variant["label"].format(metric=r.metric, key=other), other,
-                                 cell(pick, algo, other), variant.get("reason", "")))
+                add(r, variant["label"].format(metric=r.metric, key=other), other, pick, algo,
+                    variant.get("reason", ""))
     return pd.DataFrame(rows, columns=COLUMNS + HIDDEN)
 
 
+def read_keys(spec: dict, published: pd.DataFrame) -> set[str]:
+    """The metric names the comparison reads: each cell's key and its variants' keys, and the names the cell
+    function takes (`premises`, `level_key`, `x`, ...)."""
+    keys = set()
+    for r in published_cells(published, spec).itertuples(index=False):
+        key = key_of(spec, r.dataset, r.metric, parse_setting(r.setting))
+        keys |= {key} | {(v.get("keys") or {}).get(key) for v in spec.get("variants") or []} - {None}
+    for value in (spec.get("cell") or {}).values():
+        keys |= {v for v in (value if isinstance(value, list) else [value]) if isinstance(v, str)}
+    return keys
+
+
+def _legacy(comparison: pd.DataFrame, committed: pd.DataFrame | None) -> dict[int, tuple[Cell, str]]:
+    """The cells of the committed comparison that have a number the run record does not give (`recorded` = no):
+    row position -> (its cell, its setting); none where the cells do not line up."""
+    cells = ["table", "dataset", "algorithm", "metric"]
+    if committed is None or RUNS not in committed or len(committed) != len(comparison) or \
+            not committed[cells].astype(str).equals(comparison[cells].astype(str)):
+        return {}
+    out = {}
+    for i, (new, old) in enumerate(zip(comparison.itertuples(index=False), committed.itertuples(index=False),
+                                       strict=True)):
+        n = 0 if pd.isna(old.runs) else int(old.runs)
+        if new.verdict == "not_run" and old.verdict != "not_run" and n and not pd.isna(old.ours_mean):
+            out[i] = (Cell(float(old.ours_mean), float(old.ours_std), n), str(old.setting))
+    return out
+
+
+def derive(spec: dict, record: pd.DataFrame | None, committed: pd.DataFrame | None) -> pd.DataFrame:
+    """The canonical comparison: every cell the run `record` measures, from it; the other cells keep the number of
+    the `committed` comparison (re-judged, `recorded` = no) where it has one; the rest are not run."""
+    runs = records.runs_view(record) if record is not None else pd.DataFrame()
+    published = pd.read_csv(published_dir() / spec["published"])
+    fresh = compare(runs, published, spec)
+    kept = _legacy(fresh, committed)
+    return compare(runs, published, spec, kept=kept) if kept else fresh
+
+
 # ---------------------------------------------------------------------------------------------- runs
-def collect_runs(run_dirs: list[Path], spec: dict) -> pd.DataFrame:
-    """One row per complete run among `run_dirs`, with a `cfg.<path>` column per `settings` path."""
-    frames = [f for f in (results.collect(d) for d in run_dirs if (Path(d) / "metrics.json").is_file())
-              if not f.empty]
-    runs = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
-    if runs.empty:
-        return runs
-    paths = list((spec.get("settings") or {}).values())
-    if paths:  # each run's config.yaml read once (OmegaConf.load is the slow part of collecting a large sweep)
-        cfgs = {d: OmegaConf.load(Path(d) / "config.yaml") for d in dict.fromkeys(runs["run_dir"])}
-        for path in paths:
-            runs["cfg." + path] = [OmegaConf.select(cfgs[d], path) for d in runs["run_dir"]]
-    return runs
+def collect_records(run_dirs: list[Path], spec: dict, sweep_dir: Path) -> pd.DataFrame:
+    """The record rows (records.row_of) of the complete runs among `run_dirs`, with every metric."""
+    commit = records.checkout_commit()
+    rows = [row for d in run_dirs if (Path(d) / "metrics.json").is_file()
+            and (row := records.row_of(Path(d), Path(sweep_dir), spec.get("settings") or {}, commit)) is not None]
+    return records.frame(rows)
+
+
+def with_folders(record: pd.DataFrame, sweep_dir: Path) -> pd.DataFrame:
+    """The run table of `record` with each run's folder (`run_dir`), for the figures that read its artifacts."""
+    runs = records.runs_view(record)
+    return runs.assign(run_dir=[str(Path(sweep_dir) / r) for r in runs["run_id"]]) if len(runs) else runs
 
 
 def sweep_run_dirs(overrides: list[str], sweep_dir: Path) -> list[Path]:
@@ -473,31 +522,38 @@ def draw(spec: dict, runs: pd.DataFrame, comparison: pd.DataFrame, out: Path, na
         _target(fig, "figure")(runs, comparison, out, name=name)
 
 
-def update(fresh: pd.DataFrame, root: Path, title: str) -> int:
-    """`--update`: the canonical comparison's cells that the full sweep's local runs measure (`fresh`, the written
-    table of their comparison) replace the committed rows; every other cell keeps its committed row (its runs were
-    made on another machine or session and are not here), except a committed `not_run` row, which takes the
-    fresh one (still `not_run`, with the reason the experiment gives now). Returns the number of cells measured.
-    Run folders are not committed, so this is how a session adds the runs of a few cells of a long table without
-    turning the others into `not_run`."""
-    path = root / "comparison.csv"
-    old = pd.read_csv(path) if path.is_file() else fresh
-    cells = ["table", "dataset", "algorithm", "metric"]
-    if list(old.columns) != list(fresh.columns) or not old[cells].astype(str).equals(fresh[cells].astype(str)):
-        raise ConfigError(f"{path} has other cells or columns than the experiment declares now; run it without "
-                          f"--update to rewrite it from the runs")
-    measured = fresh["verdict"] != "not_run"
-    kept = ~measured & (old["verdict"] != "not_run")
-    write(fresh.where(~kept, old, axis=0), root, title)
-    return int(measured.sum())
+def canonical(name: str, spec: dict, root: Path, sweep_dir: Path, scan: bool = True) -> tuple[pd.DataFrame, int]:
+    """Merge the complete runs of the full sweep found under `sweep_dir` (when `scan`) into the committed run
+    record, write it, and write the canonical comparison derived from the record read back. Returns the
+    comparison and the number of runs merged."""
+    committed_csv = root / "comparison.csv"
+    committed = pd.read_csv(committed_csv) if committed_csv.is_file() else None
+    record, merged = records.read(root), 0
+    if scan and Path(sweep_dir).is_dir():
+        dirs = sweep_run_dirs([f"experiment={name}"], sweep_dir)
+        local = collect_records(dirs, spec, sweep_dir)
+        merged = len(local)
+        if merged:
+            record = records.merge(record, local, keep={Path(d).relative_to(sweep_dir).as_posix() for d in dirs})
+            full = table(derive(spec, record, committed), spec)
+            record = records.prune(record, read_keys(spec, pd.read_csv(published_dir() / spec["published"])),
+                                   lambda pruned: table(derive(spec, pruned, committed), spec).equals(full))
+            data = records.to_bytes(record)
+            record = records.from_bytes(data)  # the comparison is the record's, as `--no-run` will read it
+            results.atomic_save(records.path_of(root), lambda f: f.write(data))
+    comparison = derive(spec, record, committed)
+    if record is not None or committed is not None:  # (nothing run, nothing committed: nothing to write)
+        write(table(comparison, spec), root, spec.get("title", "{name}: ours vs published").format(name=name))
+    return comparison, merged
 
 
 def reproduce(name: str, overrides: list[str], run: bool = True, sweep_dir: Path | None = None, jobs: int = 1,
               update_canonical: bool = False) -> pd.DataFrame | None:
     """Run (unless `run=False`) and compare; returns the comparison with `attrs` `failed` (run folders whose run
-    raised) and `out` (the folder it was written to). `sweep_dir` (default `runs/`) is where the runs go (the
-    regression guard uses a fresh one); `jobs` runs that many side by side (`sweep.run_inprocess`);
-    `update_canonical` then updates the canonical comparison with every cell the local runs measure (`update`)."""
+    raised) and `out` (the folder it was written to). `sweep_dir` (default `runs/`) is where the runs go; `jobs`
+    runs that many side by side (`sweep.run_inprocess`). The full sweep (no overrides), or `update_canonical` with
+    a subset, merges the full sweep's runs found here into the run record and re-derives the canonical comparison
+    (`canonical`); a subset alone writes its own comparison under `subsets/`."""
     from privfair_cli.tools.sweep import run_inprocess
 
     spec = experiment_spec(name)
@@ -515,36 +571,43 @@ def reproduce(name: str, overrides: list[str], run: bool = True, sweep_dir: Path
               f"this machine (`privfair reproduce {name} data=...`)")
         return None
     failed: list[str] = []
-    if run and effective != overrides and not overrides:
-        update_canonical = True  # the CPU cells only: the committed CUDA cells must not turn into not_run
     if run:
         if effective != overrides:
             print(f"{name}: no CUDA device, running the CPU cells only ({' '.join(effective)})")
         failed = run_inprocess([f"experiment={name}", *effective], sweep_dir, workers=jobs).failed
-    # the canonical comparison reads the full sweep's runs (whatever part of it has run); a subset reads its own
-    runs = collect_runs(sweep_run_dirs([f"experiment={name}", *(effective if overrides else [])], sweep_dir),
-                        spec)
-    comparison = compare(runs, pd.read_csv(published_dir() / spec["published"]), spec)
-    out = subset_dir(root, overrides) if overrides else root
     title = spec.get("title", "{name}: ours vs published").format(name=name)
+    published = pd.read_csv(published_dir() / spec["published"])
+    out = subset_dir(root, overrides) if overrides else root
+    if overrides:  # the subset's own comparison, from its runs
+        record = collect_records(sweep_run_dirs([f"experiment={name}", *effective], sweep_dir), spec, sweep_dir)
+        comparison = compare(records.runs_view(record), published, spec)
+        write(table(comparison, spec), out, title + f" (subset: {' '.join(overrides)})")
+        draw(spec, with_folders(record, sweep_dir), comparison, out, name)
+        print(f"wrote {out / 'comparison.csv'}" + ("" if update_canonical else
+                                                   " (a subset: the run record and the comparison of the full "
+                                                   "experiment are left as they are)"))
+    if not overrides or update_canonical:
+        full, merged = canonical(name, spec, root, sweep_dir, scan=True)
+        if not overrides:
+            comparison = full
+            if run:
+                draw(spec, with_folders(records.read(root), sweep_dir), comparison, out, name)
+        print(f"{root / records.FILE}: {merged} runs of this machine merged; {root / 'comparison.csv'} derived from "
+              f"it" + ("" if not merged or not overrides else " (its figures are left as they are)"))
     _print(name, comparison)
-    if overrides or not update_canonical:  # (the canonical comparison with --update: merged below, not rewritten)
-        write(table(comparison, spec), out, title + (f" (subset: {' '.join(overrides)})" if overrides else ""))
-        draw(spec, runs, comparison, out, name)
-        kept = " (a subset: the comparison of the full experiment is left as it is)"
-        print(f"wrote {out / 'comparison.csv'}" + ("" if not overrides or update_canonical else kept))
-    if update_canonical and failed:
-        print(f"{root / 'comparison.csv'} not updated: {len(failed)} runs failed")
-    elif update_canonical:  # the full sweep's local runs (a subset's comparison covers only its own)
-        full = comparison if not overrides else compare(
-            collect_runs(sweep_run_dirs([f"experiment={name}"], sweep_dir), spec),
-            pd.read_csv(published_dir() / spec["published"]), spec)
-        n = update(table(full, spec), root, title)
-        print(f"updated {n} cells of {root / 'comparison.csv'} from the runs here; the others keep their committed "
-              f"rows (its figures are left as they are)")
     comparison.attrs["failed"] = failed  # run folders whose run raised (their cells are not_run)
     comparison.attrs["out"] = out
     return comparison
+
+
+COLOURS = {"match": "green", "consistent": "cyan", "deviates": "red", "substitute": "yellow", "not_run": "dim",
+           "not_comparable": "dim"}
+
+
+def counts_line(comparison: pd.DataFrame) -> str:
+    """`match: 3, consistent: 1, deviates: 2, ...`: every verdict, match and consistent always shown."""
+    counts = comparison["verdict"].value_counts().to_dict()
+    return ", ".join(f"{v}: {counts.get(v, 0)}" for v in COLOURS if v in ("match", "consistent") or counts.get(v))
 
 
 def _print(name: str, comparison: pd.DataFrame) -> None:
@@ -552,15 +615,14 @@ def _print(name: str, comparison: pd.DataFrame) -> None:
     from rich.table import Table
 
     table = Table(title=f"{name}: ours vs published")
-    cols = ["dataset", "algorithm", "setting", "metric", "published", "ours", "deviation", "tolerance", "verdict"]
+    cols = ["dataset", "algorithm", "setting", "metric", "published", "ours", "deviation", "tolerance", "bound",
+            "verdict"]
     for c in cols:
         table.add_column(c)
-    colour = {"match": "green", "deviates": "red", "substitute": "yellow", "not_run": "dim"}
     for r in comparison.itertuples(index=False):
         table.add_row(r.dataset, r.algorithm, r.setting, r.metric, tables.mean_std(r.published_mean, r.published_std),
-                      tables.mean_std(r.ours_mean, r.ours_std), f"{r.deviation:+.4f}",
-                      f"{r.tolerance:.4f}", f"[{colour[r.verdict]}]{r.verdict}[/]")
+                      tables.mean_std(r.ours_mean, r.ours_std), f"{r.deviation:+.4f}", f"{r.tolerance:.4f}",
+                      f"{r.bound:.4f}", f"[{COLOURS[r.verdict]}]{r.verdict}[/]")
     console = Console(width=160)
     console.print(table)
-    counts = comparison["verdict"].value_counts().to_dict()
-    console.print(", ".join(f"{k}: {v}" for k, v in counts.items()))
+    console.print(counts_line(comparison))
