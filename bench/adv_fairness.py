@@ -15,13 +15,11 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from omegaconf import OmegaConf
 
 from privfair_cli import datasets as data_lib
 from privfair_cli import registry
+from privfair_cli.config import load_card
 from privfair_cli.threads import torch_threads
-
-CONFIGS = Path(__file__).resolve().parents[1] / "configs" / "data"
 
 
 def _clock():
@@ -37,7 +35,7 @@ def _timed(fn):
 
 
 def main(m: int = 60, one_at_a_time: int = 10, max_iter: int = 2000) -> None:
-    card = OmegaConf.to_container(OmegaConf.load(CONFIGS / "german_age.yaml"))
+    card = load_card("german_age")
     if not (Path(os.environ.get("PRIVFAIR_DATA_DIR", "")) / card["subdir"]).is_dir():
         print("german_age: dataset folder not found under PRIVFAIR_DATA_DIR, skipped")
         return

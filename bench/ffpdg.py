@@ -20,19 +20,18 @@ import time
 from pathlib import Path
 
 import numpy as np
-from omegaconf import OmegaConf
 
 from privfair_cli import datasets as data_lib
 from privfair_cli import evaluate, registry
 from privfair_cli.algorithms import dpwgan, pategan, preprocess, ron_gauss
+from privfair_cli.config import load_card
 from privfair_cli.privacy import Budget, PrivacyLedger
 
-CONFIGS = Path(__file__).resolve().parents[1] / "configs" / "data"
 REPS = 5
 
 
 def main() -> None:
-    card = OmegaConf.to_container(OmegaConf.load(CONFIGS / "adult_ffpdg.yaml"))
+    card = load_card("adult_ffpdg")
     if not (Path(os.environ.get("PRIVFAIR_DATA_DIR", "")) / card["subdir"]).is_dir():
         print("adult_ffpdg: dataset folder not found under PRIVFAIR_DATA_DIR, skipped")
         return

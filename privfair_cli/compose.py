@@ -11,7 +11,7 @@ import copy
 import itertools
 from functools import lru_cache
 
-from privfair_cli.config import config_dir, group_options
+from privfair_cli.config import canonical_overrides, config_dir, data_choice, group_options
 from privfair_cli.errors import ConfigError
 
 GROUPS = ("data", "algo", "mechanism", "budget", "experiment")
@@ -43,6 +43,7 @@ def first_values(overrides: list[str]) -> list[str]:
 
 
 def compose(overrides: list[str], with_hydra: bool = False):
+    """The config of `overrides` as Hydra composes it (older names and `data.recipe` as `canonical_overrides`)."""
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
@@ -50,7 +51,7 @@ def compose(overrides: list[str], with_hydra: bool = False):
     GlobalHydra.instance().clear()
     try:
         with initialize_config_dir(str(config_dir()), version_base=None):
-            return hydra_compose("config", overrides=overrides, return_hydra_config=with_hydra)
+            return hydra_compose("config", overrides=canonical_overrides(overrides), return_hydra_config=with_hydra)
     except Exception as err:
         lines = [ln.strip() for ln in str(err).strip().splitlines() if ln.strip()]
         raise ConfigError(" ".join(lines[:2]) if lines else type(err).__name__) from None
@@ -59,13 +60,15 @@ def compose(overrides: list[str], with_hydra: bool = False):
 
 
 def with_sweeper_params(overrides: list[str]) -> list:
-    """The parsed overrides plus the experiment's `hydra.sweeper.params` (command-line values win)."""
+    """The parsed overrides plus the experiment's `hydra.sweeper.params` (command-line values win; a command-line
+    `data.recipe` applies to the experiment's data), in their current names (`canonical_overrides`)."""
     parsed = split_overrides(overrides)
-    firsts = [f"{prefix(ov)}={values(ov)[0]}" for ov in parsed
-              if not ov.get_key_element().startswith("hydra.launcher.")]  # the launcher is chosen later
+    firsts = [f"{prefix(ov)}={values(ov)[0]}" for ov in parsed  # the launcher is chosen later; a recipe needs its data
+              if not ov.get_key_element().startswith(("hydra.launcher.", "data.recipe"))]
     params = compose(firsts, with_hydra=True).hydra.sweeper.get("params") or {}
     given = {ov.get_key_element().lstrip("+~") for ov in parsed}
-    return parsed + split_overrides([f"{k}={v}" for k, v in params.items() if k not in given])
+    return split_overrides(canonical_overrides([ov.input_line for ov in parsed] +
+                                               [f"{k}={v}" for k, v in params.items() if k not in given]))
 
 
 def prevalidate(overrides: list[str], multirun: bool = False) -> list[str]:
@@ -79,7 +82,7 @@ def prevalidate(overrides: list[str], multirun: bool = False) -> list[str]:
 
     from privfair_cli import schema
 
-    parsed = with_sweeper_params(overrides) if multirun else split_overrides(overrides)
+    parsed = with_sweeper_params(overrides) if multirun else split_overrides(canonical_overrides(overrides))
     for ov in parsed if not multirun else ():
         if ov.is_sweep_override():
             raise ConfigError(f"{ov.input_line} lists several values, which is a sweep: add -m (privfair run -m "
@@ -88,7 +91,10 @@ def prevalidate(overrides: list[str], multirun: bool = False) -> list[str]:
     for ov in parsed:
         key = ov.get_key_element().lstrip("+~")
         vals = values(ov)
-        if key in GROUPS:
+        if key == "data":
+            for v in vals:
+                data_choice(v)  # a dataset, or <dataset>/<recipe>: a one-line error naming what is allowed
+        elif key in GROUPS:
             options = group_options(key)
             for v in vals:
                 if v not in options:
@@ -148,6 +154,7 @@ def job_config(job: list[str]):
     """The config of one job: composed once per group combination, swept values substituted."""
     from omegaconf import OmegaConf, open_dict
 
+    job = canonical_overrides(job)
     parsed = split_overrides(job)
     is_group = [ov.get_key_element().lstrip("+~") in GROUPS or ov.input_line.startswith("~") for ov in parsed]
     cfg = copy.deepcopy(_composed(tuple(line for line, g in zip(job, is_group, strict=True) if g)))

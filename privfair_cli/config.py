@@ -1,9 +1,21 @@
-"""Where the configs are and which options each config group offers."""
+"""Where the configs are, which options each config group offers, and the names that stand for others.
+
+Datasets (DESIGN, "Datasets, views and recipes"): `configs/data/<dataset>.yaml` is the one card of a raw dataset;
+a paper's own preprocessing of it is a *recipe*, `configs/data/<dataset>/<recipe>.yaml`, named
+`<first author><year>_<what>` like the experiments that use it (`xu2023_ffpdg`, `zhang2022_ssl`). A recipe is
+chosen with `data=<dataset> data.recipe=<recipe>`, which `canonical_overrides` turns into the Hydra group option
+`data=<dataset>/<recipe>` (also accepted as typed, and the form the experiment configs sweep over). The cards each
+recipe replaces (`adult_ffpdg`, ...) are aliases (DATA_ALIASES): a recipe composes to exactly the data config the
+old card composed to, under the old card's `name` (so its runs keep their folders and run ids), plus `recipe:`.
+"""
 
 from __future__ import annotations
 
+import itertools
 import os
 from pathlib import Path
+
+from privfair_cli.errors import ConfigError
 
 
 def config_dir() -> Path:
@@ -17,11 +29,40 @@ def config_dir() -> Path:
 
 
 def group_options(group: str) -> list[str]:
+    """The options of a config group (for `data`: the datasets; their recipes: `recipes`)."""
     return sorted(p.stem for p in (config_dir() / group).glob("*.yaml"))
 
 
 # Experiments are named `<first author><year>_<table>`; the paper-named prefixes they had before still work.
 EXPERIMENT_ALIASES = {"prefair2023_": "pujol2023_", "ffpdg2023_": "xu2023_"}
+
+# The cards that were a paper's preprocessing of a dataset, now that dataset's recipes: `data=<old>` is
+# `data=<dataset> data.recipe=<recipe>`. xu2021: Depeng Xu's thesis, zhang2022: Tao Zhang's thesis, ding2020: PDFC,
+# xu2023: FFPDG.
+DATA_ALIASES = {
+    "adult_3k": "adult/zhang2022_crfs",
+    "adult_balanced": "adult/xu2021_balanced",
+    "adult_cfgan": "adult/xu2021_cfgan",
+    "adult_fairgan": "adult/xu2021_fairgan",
+    "adult_ffpdg": "adult/xu2023_ffpdg",
+    "adult_pc": "adult/xu2021_pc",
+    "adult_race": "adult/ding2020_race",
+    "adult_ssl": "adult/zhang2022_ssl",
+    "bank_es": "bank/zhang2022_es",
+    "bank_fair_ssl": "bank/zhang2022_fair_ssl",
+    "bank_ssl": "bank/zhang2022_ssl",
+    "compas_ffpdg": "compas/xu2023_ffpdg",
+    "dutch_unbalanced": "dutch/xu2021_unbalanced",
+    "german_age": "german/zhang2022_age",
+    "health_es": "health/zhang2022_es",
+    "health_fair_ssl": "health/zhang2022_fair_ssl",
+    "health_ssl": "health/zhang2022_ssl",
+    "mnist_unbalanced": "mnist/xu2021_unbalanced",
+    "synth_fes_da2": "synth_fes/zhang2022_da2",
+    "titanic_crfs": "titanic/zhang2022_crfs",
+    "titanic_fair_ssl": "titanic/zhang2022_fair_ssl",
+}
+NO_RECIPE = ("null", "none", "")  # `data.recipe=null`: the card itself
 
 
 def experiment_name(name: str) -> str:
@@ -32,40 +73,118 @@ def experiment_name(name: str) -> str:
     return name
 
 
+def recipes(dataset: str) -> list[str]:
+    """The recipes of a dataset card (`configs/data/<dataset>/<recipe>.yaml`)."""
+    return group_options(f"data/{dataset}") if (config_dir() / "data" / dataset).is_dir() else []
+
+
+def data_options() -> list[str]:
+    """Every `data=` choice: each dataset, then each of its recipes as `<dataset>/<recipe>`."""
+    return [o for d in group_options("data") for o in [d] + [f"{d}/{r}" for r in recipes(d)]]
+
+
+def data_choice(value: str, recipe: str | None = None) -> str:
+    """The Hydra option of `data=<value>` with `data.recipe=<recipe>`: `<dataset>` or `<dataset>/<recipe>`; an
+    old card name (DATA_ALIASES) as its recipe; `data.recipe=null` is the card itself. Raises a one-line ConfigError
+    naming what is allowed."""
+    typed, value = value, DATA_ALIASES.get(value, value)
+    dataset, _, own = value.partition("/")
+    if dataset not in group_options("data"):
+        raise ConfigError(f"data={dataset!r} is unknown; allowed: {', '.join(group_options('data'))} (or an older "
+                          f"card name: {', '.join(DATA_ALIASES)})")
+    if recipe is None:
+        recipe = own or None
+    elif recipe.lower() in NO_RECIPE:  # data.recipe=null: the card itself
+        return dataset
+    elif own and own != recipe:
+        raise ConfigError(f"data={typed} already names the recipe {own}; give data={dataset} data.recipe={recipe}")
+    if recipe is None:
+        return dataset
+    if recipe not in recipes(dataset):
+        allowed = ", ".join(recipes(dataset)) or "none (this card has no recipes)"
+        raise ConfigError(f"data.recipe={recipe!r} is unknown for data={dataset}; allowed: {allowed}")
+    return f"{dataset}/{recipe}"
+
+
 def canonical_overrides(overrides: list[str]) -> list[str]:
-    """`experiment=<older name>` (also with `+`) as the experiment's name now."""
-    out = []
+    """The overrides with every name in its current form: `experiment=<older name>` (also with `+`) as the
+    experiment's name now; `data=<old card>` and `data=<dataset> data.recipe=<recipe>` as the Hydra option
+    `data=<dataset>/<recipe>` (swept values too: `data=adult,compas data.recipe=xu2023_ffpdg` is two jobs).
+    Without `data=`, `data.recipe` applies to the default dataset (configs/config.yaml)."""
+    out, data_at, recipe_at = [], None, None
     for item in overrides:
         key, sep, value = item.partition("=")
-        out.append(f"{key}={experiment_name(value)}" if sep and key.lstrip("+") == "experiment" else item)
-    return out
+        bare = key.lstrip("+~")
+        if sep and bare == "experiment":
+            item = f"{key}={experiment_name(value)}"
+        elif sep and bare == "data.recipe" and not key.startswith("~"):
+            recipe_at = len(out)
+        elif sep and bare == "data" and not key.startswith("~"):
+            data_at = len(out)
+        out.append(item)
+    if data_at is None and recipe_at is None:
+        return out
+    from privfair_cli.compose import prefix, split_overrides, values
+
+    data = split_overrides([out[data_at]])[0] if data_at is not None else None
+    recipe_values = values(split_overrides([out[recipe_at]])[0]) if recipe_at is not None else [None]
+    datasets = values(data) if data is not None else [default_data()]
+    choices = list(dict.fromkeys(data_choice(d, r) for d, r in itertools.product(datasets, recipe_values)))
+    line = f"{prefix(data) if data is not None else 'data'}={','.join(choices)}"
+    if data_at is not None:
+        out[data_at] = line
+    if recipe_at is not None:
+        out[recipe_at] = None if data_at is not None else line
+    return [item for item in out if item is not None]
 
 
+def default_data() -> str:
+    """The `data` choice of configs/config.yaml's defaults list."""
+    from omegaconf import OmegaConf
 
-def load_card(name: str) -> dict:
-    """The dataset card `data=<name>` as a run composes it, without Hydra: the keys every card holds
-    (`data_defaults/default.yaml`), then the card with the cards its `defaults` list names."""
+    for entry in OmegaConf.load(config_dir() / "config.yaml").get("defaults", []):
+        if isinstance(entry, dict) or OmegaConf.is_dict(entry):
+            if "data" in entry:
+                return str(entry["data"])
+    raise ConfigError("configs/config.yaml names no default data card; give data=<dataset>")
+
+
+def load_card(name: str, recipe: str | None = None) -> dict:
+    """The dataset card `data=<name>` (with `data.recipe=<recipe>`) as a run composes it, without Hydra: the keys
+    every card holds (`data_defaults/default.yaml`), then the card or recipe with what its `defaults` list names.
+    `name` may be a dataset, `<dataset>/<recipe>`, or an older card name (DATA_ALIASES)."""
     from omegaconf import OmegaConf
 
     base = config_dir() / "data_defaults" / "default.yaml"
     parts = [OmegaConf.load(base)] if base.is_file() else []
-    return OmegaConf.to_container(OmegaConf.merge(*parts, load_node("data", name)), resolve=True)
+    node = load_node("data", data_choice(name, recipe))
+    return OmegaConf.to_container(OmegaConf.merge(*parts, node), resolve=True)
 
 
 def load_node(group: str, name: str, root: Path | None = None):
-    """`configs/<group>/<name>.yaml` merged over the options of the same group its `defaults` list names (the
-    composition Hydra does for a group option), without Hydra; `root` is another checkout's `configs/`."""
+    """`configs/<group>/<name>.yaml` merged over the configs its `defaults` list names (the composition Hydra does
+    for a group option), without Hydra; `root` is another checkout's `configs/`. As in Hydra, an entry is relative
+    to the folder of the config that names it (`files/adult`), or absolute from `configs/` (`/data/adult`);
+    `@_here_` merges it into this node."""
     from omegaconf import OmegaConf, open_dict
 
-    from privfair_cli.errors import ConfigError
-
-    name = name.removesuffix("@_here_")  # `files/adult@_here_`: a shared block merged into this node
-    path = (root or config_dir()) / group / f"{name}.yaml"
+    root = root or config_dir()
+    path = root / group / f"{name}.yaml"
     if not path.is_file():
-        raise ConfigError(f"{group}={name!r} is unknown; allowed: {', '.join(group_options(group))}")
+        options = data_options() if group == "data" and root == config_dir() else group_options(group)
+        raise ConfigError(f"{group}={name!r} is unknown; allowed: {', '.join(options)}")
     node = OmegaConf.load(path)
     with open_dict(node):
         entries = list(node.pop("defaults", None) or ["_self_"])
     if "_self_" not in entries:
         entries.append("_self_")
-    return OmegaConf.merge(*(node if e == "_self_" else load_node(group, str(e), root) for e in entries))
+    folder = str(Path(group, name).parent)  # the config's own group (`data`, or `data/adult` for a recipe)
+    parts = []
+    for entry in map(str, entries):
+        if entry == "_self_":
+            parts.append(node)
+            continue
+        entry = entry.removesuffix("@_here_")  # `files/adult@_here_`: a shared block merged into this node
+        where, _, option = (entry[1:] if entry.startswith("/") else f"{folder}/{entry}").rpartition("/")
+        parts.append(load_node(where, option, root))
+    return OmegaConf.merge(*parts)

@@ -24,7 +24,7 @@ import traceback
 from pathlib import Path
 
 from privfair_cli import compose, results, runid, threads  # noqa: F401 (runid: the ${run_id:} resolver)
-from privfair_cli.config import canonical_overrides, config_dir, experiment_name, group_options
+from privfair_cli.config import canonical_overrides, config_dir, data_options, experiment_name, group_options
 from privfair_cli.errors import ConfigError, PrivfairError, ResultsError
 from privfair_cli.tools import watch
 from privfair_cli.tools.sweep import Outcome, summary_line
@@ -218,12 +218,13 @@ def cmd_list(_args) -> int:
             g.add_row(name, claim, note or "-")
     console.print(g)
     console.print("[bold]every private algorithm:[/bold] " + "; ".join(registry.GENERAL_GUARANTEE_RULES))
-    d = Table(title="datasets (data=): the views each card provides (derived: built on demand when an algorithm "
-                    "needs them, datasets/views.py), and the algorithms that run on it with their defaults")
+    d = Table(title="datasets (data=<dataset>; a paper's recipe of it: data=<dataset> data.recipe=<recipe>, written "
+                    "<dataset>/<recipe> here): the views each card provides (derived: built on demand when an "
+                    "algorithm needs them, datasets/views.py), and the algorithms that run on it with their defaults")
     for col in ("name", "provides", "runs"):
         d.add_column(col)
     needs = {a: plugins[a].requirements(registry.defaults(a)) for a in plugins}
-    for name in group_options("data"):
+    for name in data_options():
         card = load_card(name)
         views, declared = schema.card_views(card), schema.declared_views(card)
         runs = [a for a in sorted(plugins) if not schema.missing_views(needs[a], views)]

@@ -6,6 +6,10 @@ one device is reused on another) and `reproduce` (an experiment's comparison met
 for deviating cells). Numbers compare by value, so `eps=1` and `eps=1.0` are the same run. The short id is the
 first 8 hex digits of the sha256 of that identity as sorted JSON.
 
+A dataset recipe's name (`data.recipe`, BOOKKEEPING) is left out too: it says where the data keys came from, and
+those keys are in the identity, so `data=adult data.recipe=xu2023_ffpdg` is the same run as the card `adult_ffpdg`
+it replaced, stored before recipes existed.
+
 A key added to a config after runs were stored (ADDED) is left out of the identity while it holds the value that
 computes what the runs without it computed: adding an option renames (and so orphans) no stored run, and a run
 stored before the key existed resumes as the same run.
@@ -26,6 +30,7 @@ import yaml
 from omegaconf import DictConfig, OmegaConf
 
 VOLATILE = ("overwrite", "device", "reproduce")
+BOOKKEEPING = (("data", "recipe"),)  # key paths naming where other keys came from
 # key path -> its neutral value (the computation before the key existed); only for keys whose plugins all lacked
 # them before, since a plugin that always had the key would see its runs at that value renamed
 ADDED: dict[tuple[str, ...], float | str] = {
@@ -46,7 +51,8 @@ def _canonical(value):
 
 
 def identity(cfg: DictConfig | dict) -> dict:
-    """The resolved config without VOLATILE keys, an ADDED key at its neutral value, and Hydra's own `hydra` node."""
+    """The resolved config without VOLATILE and BOOKKEEPING keys, an ADDED key at its neutral value, and Hydra's own
+    `hydra` node."""
     out = {}
     for key in cfg:
         if key in VOLATILE or key == "hydra":
@@ -54,6 +60,9 @@ def identity(cfg: DictConfig | dict) -> dict:
         value = cfg[key]
         out[key] = OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else value
     out = _canonical(out)
+    for parent, key in BOOKKEEPING:
+        if isinstance(out.get(parent), dict):
+            out[parent].pop(key, None)
     for path, neutral in ADDED.items():
         node = out
         for part in path[:-1]:
