@@ -75,10 +75,10 @@ class AFAConfig:
     lpf_alpha: float = field(metadata=bounds(gt=0))
     lpf_lambda: float = field(metadata=bounds(ge=0))
     lpf_max_iter: int = field(metadata=bounds(ge=1))
+    df_step: Literal["fixed", "classic"]
     df_alpha: float = field(metadata=bounds(gt=0))
     df_overshoot: float = field(metadata=bounds(ge=0))
     df_max_iter: int = field(metadata=bounds(ge=1))
-    df_step: Literal["fixed", "classic"]
 
 
 # ------------------------------------------------------------------------------------------------- the model

@@ -74,7 +74,15 @@ import numpy as np
 import pandas as pd
 
 from privfair_cli import metrics as core_metrics
-from privfair_cli.algorithms.tree_model import Measurement, TreeModel, fit_pgm, fit_tree, project_simplex
+from privfair_cli.algorithms.tree_model import (
+    Measurement,
+    TreeModel,
+    fit_pgm,
+    fit_tree,
+    neighbours,
+    project_simplex,
+    traverse,
+)
 from privfair_cli.downstream import ReleaseEvaluation
 from privfair_cli.errors import ConfigError, DataError
 from privfair_cli.privacy import accountants
@@ -238,10 +246,7 @@ def forest_shape(edges, d: int) -> tuple[str, ...]:
     """The unlabelled isomorphism class of a forest on d nodes (isolated nodes included): the sorted canonical
     codes of its components, each the AHU code of the tree rooted at its centre (the smaller code of two centres).
     Two forests get the same shape exactly when `networkx.is_isomorphic` holds for them."""
-    adj: list[list[int]] = [[] for _ in range(d)]
-    for i, j in edges:
-        adj[i].append(j)
-        adj[j].append(i)
+    adj = neighbours(d, edges)
 
     def code(root: int, parent: int) -> str:
         return "(" + "".join(sorted(code(c, root) for c in adj[root] if c != parent)) + ")"
@@ -250,15 +255,7 @@ def forest_shape(edges, d: int) -> tuple[str, ...]:
     for start in range(d):
         if seen[start]:
             continue
-        comp, stack = [], [start]
-        seen[start] = True
-        while stack:
-            v = stack.pop()
-            comp.append(v)
-            for c in adj[v]:
-                if not seen[c]:
-                    seen[c] = True
-                    stack.append(c)
+        comp = traverse(adj, start, seen, depth_first=True)
         degree = {v: len(adj[v]) for v in comp}
         leaves, left = [v for v in comp if degree[v] <= 1], len(comp)
         while left > 2:  # strip leaves layer by layer down to the centre(s)

@@ -13,6 +13,8 @@ Pure post-processing of noisy measurements: nothing here touches private data.
   marginals, so P(x) = prod_edges P_ij / prod_nodes P_i^(deg(i)-1) is a proper distribution.
 - `TreeModel.sample`: the "rounding" sampler of Private-PGM (root by `alloc`, then each child per parent
   value by `alloc`), vectorised over parent values with Gumbel top-k draws for the without-replacement step.
+- `neighbours`, `traverse`: adjacency lists and one walk, breadth-first (the sampler's `tree_order`) or
+  depth-first (PreFair's forest components), in the neighbours' insertion order.
 """
 
 from __future__ import annotations
@@ -73,24 +75,38 @@ def ipf(table: np.ndarray, row: np.ndarray, col: np.ndarray, iters: int = 200, t
     return t
 
 
-def tree_order(d: int, edges: list[tuple[int, int]], root: int = 0) -> tuple[list[int], np.ndarray]:
-    """BFS order of a spanning tree and the parent of every node (-1 for the root)."""
-    nbrs = [[] for _ in range(d)]
+def neighbours(d: int, edges) -> list[list[int]]:
+    """Adjacency lists of an undirected graph on d nodes, each in the order of `edges`."""
+    nbrs: list[list[int]] = [[] for _ in range(d)]
     for i, j in edges:
         nbrs[i].append(j)
         nbrs[j].append(i)
-    parent = np.full(d, -1)
-    seen = np.zeros(d, bool)
+    return nbrs
+
+
+def traverse(nbrs: list[list[int]], root: int, seen: np.ndarray, parent: np.ndarray | None = None,
+             depth_first: bool = False) -> list[int]:
+    """The nodes not yet `seen` that `root` reaches, in breadth-first order (or depth-first: the last pushed is
+    visited first), each node's unseen neighbours taken in adjacency order; marks them in `seen` and, with
+    `parent`, records the node each was reached from."""
     seen[root] = True
-    order, queue = [], deque([root])
-    while queue:
-        u = queue.popleft()
+    order, todo = [], deque([root])
+    while todo:
+        u = todo.pop() if depth_first else todo.popleft()
         order.append(u)
         for v in nbrs[u]:
             if not seen[v]:
                 seen[v] = True
-                parent[v] = u
-                queue.append(v)
+                if parent is not None:
+                    parent[v] = u
+                todo.append(v)
+    return order
+
+
+def tree_order(d: int, edges: list[tuple[int, int]], root: int = 0) -> tuple[list[int], np.ndarray]:
+    """BFS order of a spanning tree and the parent of every node (-1 for the root)."""
+    parent = np.full(d, -1)
+    order = traverse(neighbours(d, edges), root, np.zeros(d, bool), parent)
     if len(order) != d:
         raise ValueError("the selected edges do not span all attributes")
     return order, parent
