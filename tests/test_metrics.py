@@ -57,6 +57,19 @@ def test_tvd_hand_case():
     assert metrics.marginal(real, ("a", "b"), domain).sum() == pytest.approx(1.0)
 
 
+def test_contingency_counts_and_weights_every_cell():
+    rng = np.random.default_rng(0)
+    codes, w = rng.integers(0, [2, 3, 4], size=(200, 3)), rng.random(200)
+    want, wsum = np.zeros((2, 3, 4)), np.zeros((2, 3, 4))
+    np.add.at(want, tuple(codes.T), 1)
+    np.add.at(wsum, tuple(codes.T), w)
+    assert np.array_equal(metrics.contingency(codes, (2, 3, 4)), want)
+    np.testing.assert_allclose(metrics.contingency(codes, (2, 3, 4), w), wsum, rtol=1e-12)
+    assert metrics.contingency(codes, (2, 3, 4), dtype=np.float32).dtype == np.float32
+    assert metrics.contingency(codes[:, :0], ()) == 200  # no column: the one-cell total
+    assert metrics.group_counts([1, 1, 0, 0, 1], [1, 0, 0, 0, 1]) == {"G_PP": 2, "G_UP": 0, "G_PN": 1, "G_UN": 2}
+
+
 def test_ber():
     assert metrics.ber([1, 1, 0, 0], [1, 0, 0, 0]) == pytest.approx(0.25)
 

@@ -500,3 +500,18 @@ def test_secure_run_says_so(tmp_path, monkeypatch):
     code, rec = run_cli(tmp_path, monkeypatch, "algo=privpc_star", "data=synthetic_gaussian", "data.n=300",
                         "privacy.secure=true")
     assert code == 0 and rec["privacy"]["noise"] == "secure" and rec["guarantee"] in ("eps-DP", "heuristic")
+
+
+@pytest.mark.parametrize("rho", [1e-4, 0.3, 7.0])
+def test_zcdp_sizing_inverts_the_charges(rho):
+    """The Gaussian's sigma and the exponential mechanism's eps sized for rho spend exactly rho (the charges of
+    `gaussian_zcdp` and `exponential(accounting="zcdp")`); the classic rho converts back to its eps."""
+    for sq in (1, 3, 91):
+        assert sq / (2 * accountants.zcdp_sigma(rho, sq) ** 2) == pytest.approx(rho, rel=1e-12)
+    for rounds in (1, 13):
+        assert rounds * accountants.zcdp_exponential_eps(rho, rounds) ** 2 / 8 == pytest.approx(rho, rel=1e-12)
+    eps = 10 * rho
+    assert accountants.zcdp_eps_classic(accountants.zcdp_rho(eps, 1e-9, "rdp_classic"), 1e-9) == pytest.approx(eps)
+    assert accountants.zcdp_rho(math.inf, 1e-9) == math.inf and accountants.zcdp_sigma(math.inf) == 0.0
+    with pytest.raises(ValueError, match="cks20, rdp_classic"):
+        accountants.zcdp_rho(1.0, 1e-9, "other")

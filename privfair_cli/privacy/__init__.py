@@ -1,5 +1,6 @@
-"""Privacy core: mechanisms, accountants, the budget ledger every plugin spends through, and the noise source
-(seeded or secure) every mechanism draws from."""
+"""Privacy core: mechanisms, the budget ledger every plugin spends through, the noise source (seeded or secure)
+every mechanism draws from, and every accounting formula: conversions and zCDP sizing (`accountants`), DP-SGD's
+subsampled Gaussian (`dpsgd`) and PATE's moments accountant (`pate`)."""
 
 from privfair_cli.privacy.ledger import INF_JSON, Budget, LedgerEntry, PrivacyLedger, from_json, to_json
 from privfair_cli.privacy.mechanisms import (

@@ -1,4 +1,5 @@
-"""Pure accounting formulas: conversions between pure DP, zCDP, RDP and (eps, delta)-DP.
+"""Pure accounting formulas: conversions between pure DP, zCDP, RDP and (eps, delta)-DP, and the sizing of zCDP
+releases (the Gaussian's sigma and the exponential mechanism's eps for a share of rho).
 
 Bookkeeping lives in `ledger.py`; this module only holds functions that tests pin to reference values.
 The zCDP <-> (eps, delta) conversions are those of Canonne, Kamath and Steinke (2020), the ones the
