@@ -257,9 +257,12 @@ def cmd_reproduce(args) -> int:
     check, jobs, update, no_run, overrides = _reproduce_options(args)
     if check:
         if update or no_run:
-            raise ConfigError(f"--check re-runs the fast subset and never writes the committed comparison; use "
+            raise ConfigError(f"--check re-runs recorded runs and never writes the committed comparison; use "
                               f"--check or {'--update' if update else '--no-run'}, not both")
-        return _check(names, overrides, jobs)
+        if overrides:
+            raise ConfigError(f"--check re-runs a sample of the recorded runs as they ran; it takes no overrides "
+                              f"(got {' '.join(overrides)})")
+        return _check(names)
     if no_run and not overrides:
         update = True  # the runs here measure only part of a long table: merge, never turn the rest into not_run
     failed, times = [], {}
@@ -312,11 +315,12 @@ def _jobs(value) -> int:
     return n or (os.cpu_count() or 1)
 
 
-def _check(names: list[str], overrides: list[str], jobs: int = 1) -> int:
-    """`reproduce NAME --check`: the regression guard (privfair_cli.tools.regress); exit 1 when a cell regressed."""
+def _check(names: list[str]) -> int:
+    """`reproduce NAME --check`: the exact regression guard (privfair_cli.tools.regress); exit 1 when a comparison
+    is not what its run record gives or a re-run metric differs from its record."""
     from privfair_cli.tools import regress
 
-    outcomes = [regress.check(name, overrides, jobs) for name in names]
+    outcomes = [regress.check(name) for name in names]
     print(regress.summary(outcomes))
     return 0 if all(o.ok for o in outcomes) else 1
 

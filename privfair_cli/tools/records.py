@@ -3,7 +3,7 @@
 One row per run of the experiment's full sweep: who it is (`run_id`, the run folder under the sweep folder, whose
 last part ends in the config's identity hash, also in `config_hash`; `algo`, `data`, `eps`, `delta`, `seed`; the
 swept settings: the experiment's `settings` paths as `cfg.<path>` and the job's other overrides), how to run it
-again (`overrides`, the job's overrides), where and when it ran (`device`, `machine`: the GPU's name or
+again (`overrides`, the job's overrides as a JSON list), where and when it ran (`device`, `machine`: the GPU's name or
 `cpu <architecture>`, `threads`, `seeds_batched`: the seeds trained with it as one batched model, `seconds`: its
 wall time, `commit`: the checkout that recorded it, `date`), the solver statuses its warnings name (`statuses`),
 and every metric the comparison reads (`metric_columns`: the keys the experiment names, checked by comparing with
@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import gzip
 import io
+import json
 import platform
 import re
 import subprocess
@@ -84,13 +85,18 @@ def row_of(run_dir: Path, sweep_dir: Path, settings: dict[str, str], commit: str
         row |= {f"cfg.{path}": OmegaConf.select(cfg, path) for path in settings.values()}
     row |= results._overrides(run_dir)
     stamp = datetime.fromtimestamp((run_dir / "metrics.json").stat().st_mtime, UTC)
-    row |= {"overrides": " ".join(o for o in overrides if not o.startswith("experiment=")),
+    row |= {"overrides": json.dumps([o for o in overrides if not o.startswith("experiment=")]),
             "device": env.get("device", ""), "machine": machine_of(env), "threads": env.get("threads"),
             "seeds_batched": " ".join(str(s) for s in env.get("seeds_batched") or []),
             "seconds": (rec.get("timings") or {}).get("total"), "commit": commit,
             "date": stamp.strftime("%Y-%m-%dT%H:%MZ"), "statuses": _statuses(rec)}
     row |= {f"metric.{k}": (float("nan") if v is None else v) for k, v in rec["metrics"].items()}
     return row
+
+
+def job_of(row) -> list[str]:
+    """The overrides that run a recorded run again (without its `experiment=`)."""
+    return list(json.loads(row["overrides"])) if row["overrides"] else []
 
 
 def frame(rows: list[dict]) -> pd.DataFrame:

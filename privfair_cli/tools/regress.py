@@ -1,27 +1,22 @@
-"""`privfair reproduce NAME --check` (`make regress`): the regression guard of the published-number comparisons.
+"""`privfair reproduce NAME --check` (`make regress`): the exact regression guard of the published-number comparisons.
 
-Re-runs the experiment's fast subset (`reproduce.fast: [overrides]` in `configs/experiment/NAME.yaml`) into a fresh
-sweep folder (`results/reproduce/NAME/subsets/<slug>/runs/`, emptied first, so nothing from an earlier run or an
-earlier version of the code is reused), writes the subset's comparison beside it as `privfair reproduce NAME
-<overrides>` does, and compares each fresh cell with the same cell of the committed `comparison.csv`, which it
-never writes. An experiment whose runs are too slow or GPU-only declares `fast: {skip: reason}` and is skipped.
+Two checks per experiment, neither of which writes anything committed:
 
-The rule (docs/reproducing.md, "Regression guard"). For a cell with committed deviation `d`, tolerance `tol` and
-std of our runs `s`, and a fresh deviation `d'` over `n'` runs of the subset:
+1. **Re-derivation.** The canonical comparison derived from the committed run record (`reproduce.derive`, what
+   `privfair reproduce NAME --no-run` writes) must equal the committed `comparison.csv` byte for byte. No training:
+   it catches a comparison edited by hand, a record and a comparison committed out of step, and a change of the
+   verdict rules or the experiment's reasons whose comparisons were not re-derived.
+2. **Exact re-runs.** Seeded runs are deterministic, so no statistics are needed: a stratified sample of the
+   recorded runs (`sample`: every algorithm and dataset of the record, at least one seed each, then one run per
+   compared cell not yet touched, cheapest first, within `BUDGET` seconds of recorded run time) is run again in a
+   fresh folder (`results/reproduce/NAME/subsets/guard/runs/`, emptied first) and every recorded metric must equal
+   its record within `RELATIVE` (relative) or `ABSOLUTE`. Wall-clock metrics (`TIMING`) are not compared. Runs
+   recorded on a CUDA device are left out of the exact check: GPU kernels (cuDNN convolutions, atomics in reductions)
+   do not give the CPU's bits, and the run order of a GPU's float sums differs between cards, so the record's
+   `device` column keeps them apart. Runs trained as one seed group (`seeds_batched`) are re-run as that group.
 
-    slack = 2 c s / sqrt(n')        (two standard errors of the experiment's statistic over n' runs; 0 where s
-                                     is undefined; c = 1 for means, sqrt(pi / 2) for medians, whose `s` is the
-                                     robust spread 1.4826 MAD: reproduce.STATISTICS)
-
-- a committed `match` fails when |d'| > tol + slack (it now deviates);
-- any compared cell fails when |d' - d| > tol + slack (its deviation moved by more than its tolerance);
-- the fresh verdict is the committed one unless |d'| is beyond the band tol ± slack on the other side; a verdict
-  that changes (or a `substitute` / `not_run` that changes) fails when the reason the config gives the cell is the
-  committed reason (the verdict changed but nobody updated the explanation).
-
-Timing cells (a metric starting with `runtime`) depend on the machine and are not compared. Cells outside the
-subset (fresh `not_run` because the subset does not cover them) and cells committed as `not_run`
-are listed as not compared; a run of the subset that fails fails the guard.
+It ends with its coverage: `N of M recorded runs re-run, K of L compared cells touched` (a cell is touched when at
+least one run it reads was re-run; the cells of experiments without a run record count as not touched).
 """
 
 from __future__ import annotations
@@ -29,154 +24,203 @@ from __future__ import annotations
 import math
 import re
 import shutil
+import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pandas as pd
 
-from privfair_cli.errors import ConfigError
+from privfair_cli import results
+from privfair_cli.tools import records
 from privfair_cli.tools import reproduce as rp
 
-IDENTITY = ["table", "dataset", "algorithm", "metric"]
-TIMING = re.compile(r"runtime")  # wall-clock metrics (and ratios of them): machine-dependent, not compared
+RELATIVE, ABSOLUTE = 1e-6, 1e-9  # how close a re-run metric must be to its record
+BUDGET = 120.0  # recorded seconds of runs re-run per experiment beyond one run per algorithm and dataset
+TIMING = re.compile(r"runtime|seconds|(^|_)time($|_)")  # wall-clock metrics: machine-dependent, not compared
+COMPARED = ("match", "consistent", "deviates", "substitute")  # verdicts of a cell with a number
 
 
 @dataclass
 class Outcome:
-    """What the guard found for one experiment: `failures` (one line per failing cell), `compared` cells,
-    `skipped` (the reason, where the experiment declares no fast subset), `out` (the subset's folder)."""
+    """What the guard found for one experiment."""
 
     name: str
     failures: list[str] = field(default_factory=list)
-    compared: int = 0
-    not_compared: int = 0
-    skipped: str = ""
-    out: str = ""
-    fresh: pd.DataFrame | None = None  # the subset's comparison frame (with the hidden columns)
+    recorded: int = 0  # runs in the record
+    rerun: int = 0  # of them re-run and compared
+    cuda: int = 0  # recorded on a CUDA device: out of the exact check
+    cells: int = 0  # compared cells of the canonical comparison
+    touched: int = 0  # of them read at least one re-run run
+    seconds: float = 0.0
+    note: str = ""  # why nothing was re-run
 
     @property
     def ok(self) -> bool:
         return not self.failures
 
 
-def fast_overrides(spec: dict, name: str) -> list[str] | str:
-    """The fast subset's overrides, or the reason (a str) the experiment gives for having none."""
-    fast = spec.get("fast")
-    if isinstance(fast, dict) and set(fast) == {"skip"}:
-        return str(fast["skip"])
-    if not isinstance(fast, list) or not all(isinstance(o, str) and "=" in o for o in fast):
-        raise ConfigError(f"experiment {name}: reproduce.fast must be a list of overrides (key=value) or "
-                          f"{{skip: reason}} (got {fast!r})")
-    return list(fast)
+def same(a, b) -> bool:
+    """A recorded and a re-run value agree: both missing, or within RELATIVE / ABSOLUTE."""
+    a = float("nan") if a is None else float(a)
+    b = float("nan") if b is None else float(b)
+    if math.isnan(a) or math.isnan(b):
+        return math.isnan(a) and math.isnan(b)
+    return abs(a - b) <= max(RELATIVE * max(abs(a), abs(b)), ABSOLUTE)
 
 
-def _setting(text: str) -> str:
-    """The setting without the `runs=N` note, which a subset changes."""
-    return ";".join(p for p in str(text).split(";") if not re.fullmatch(r"runs=\d+", p.strip()))
+def reads(record: pd.DataFrame, spec: dict) -> tuple[pd.DataFrame, list[set]]:
+    """The comparison of the record and, per row, the record positions of the runs it reads."""
+    used: list[set] = []
+    runs = records.runs_view(record).reset_index(drop=True)
+    comparison = rp.compare(runs, pd.read_csv(rp.published_dir() / spec["published"]), spec, used=used)
+    return comparison, used
 
 
-def _num(value) -> float:
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        return float("nan")
+def _group(record: pd.DataFrame, i: int) -> list[int]:
+    """The record positions of the seed group of run `i` (itself where it trained alone)."""
+    batched = str(record.at[i, "seeds_batched"] or "")
+    if not batched:
+        return [i]
+    seeds = {int(s) for s in batched.split()}
+    rest = [o for o in records.job_of(record.loc[i]) if not o.startswith("seed=")]
+    return [j for j in record.index if int(record.at[j, "seed"]) in seeds and
+            [o for o in records.job_of(record.loc[j]) if not o.startswith("seed=")] == rest]
 
 
-def _text(value) -> str:
-    return "" if pd.isna(value) else str(value).strip()
-
-
-def _label(row) -> str:
-    return f"{row.table} | {row.dataset} | {row.algorithm} | {_setting(row.setting)} | {row.metric}"
-
-
-def _fresh_verdict(committed: str, dev: float, tol: float, slack: float) -> str:
-    """The committed verdict unless the fresh deviation is decisively on the other side of the tolerance."""
-    if committed == "match" and abs(dev) > tol + slack:
-        return "deviates"
-    if committed == "deviates" and abs(dev) < tol - slack:
-        return "match"
-    return committed
-
-
-def compare_cells(fresh: pd.DataFrame, committed: pd.DataFrame, factor: float = 1.0) -> tuple[list[str], int, int]:
-    """Failures (one line per failing cell), and the numbers of compared and not compared cells. `fresh` is a
-    comparison frame of `reproduce.compare` (with its hidden columns), `committed` the committed comparison.csv;
-    `factor` is the statistic's standard-error factor c (reproduce.STATISTICS)."""
-    if len(fresh) != len(committed):
-        return [f"the committed comparison has {len(committed)} cells, the experiment gives {len(fresh)}: "
-                f"re-run `privfair reproduce` and commit its comparison"], 0, 0
-    failures, compared, skipped = [], 0, 0
-    for new, old in zip(fresh.itertuples(index=False), committed.itertuples(index=False), strict=True):
-        if [str(getattr(new, c)) for c in IDENTITY] + [_setting(new.setting)] != \
-                [str(getattr(old, c)) for c in IDENTITY] + [_setting(old.setting)]:
-            return [f"cell {_label(old)} of the committed comparison is {_label(new)} now: re-run "
-                    f"`privfair reproduce` and commit its comparison"], 0, 0
-        if new.verdict == "not_run" or old.verdict == "not_run" or TIMING.match(str(old.metric)):
-            skipped += 1
+def sample(record: pd.DataFrame, used: list[set], budget: float = BUDGET) -> list[int]:
+    """The record positions to re-run: per algorithm and dataset, the cheapest run of its smallest seed; then, for
+    each compared cell no chosen run touches, its cheapest run, cheapest cells first, while the recorded seconds
+    stay within `budget`. Only CPU runs; a seed group's runs come together."""
+    cpu = record[record["device"].fillna("") != "cuda"]
+    if cpu.empty:
+        return []
+    cost = cpu["seconds"].fillna(0.0)
+    chosen: list[int] = []
+    for _, part in cpu.assign(cost=cost).groupby(["algo", "data"], sort=True):
+        first = part[part["seed"] == part["seed"].min()].sort_values(["cost", "run_id"]).index[0]
+        chosen += [j for j in _group(record, first) if j not in chosen]
+    spent = 0.0
+    options = []
+    for rows in used:
+        if rows & set(chosen) or not rows & set(cpu.index):
             continue
-        compared += 1
-        failures += [f"{_label(old)}: {text}" for text in _cell_failures(new, old, factor)]
-    return failures, compared, skipped
+        j = min(rows & set(cpu.index), key=lambda k: (cost[k], record.at[k, "run_id"]))
+        options.append((float(cost[j]), record.at[j, "run_id"], j))
+    for c, _, j in sorted(options):
+        if j in chosen or spent + c > budget:
+            continue
+        group = _group(record, j)
+        chosen += [k for k in group if k not in chosen]
+        spent += float(cost[group].sum())
+    return sorted(chosen)
 
 
-def _cell_failures(new, old, factor: float = 1.0) -> list[str]:
-    tol, std = _num(old.tolerance), _num(old.ours_std)
-    slack = 2 * factor * (0.0 if math.isnan(std) else std) / math.sqrt(max(int(new.runs), 1))
-    d_old, d_new = _num(old.deviation), _num(new.deviation)
-    out = []
-    numeric = not (math.isnan(d_old) or math.isnan(d_new) or math.isnan(tol))
-    if numeric and old.verdict == "match" and abs(d_new) > tol + slack:
-        out.append(f"matched (deviation {d_old:+.4f}), now deviates: {d_new:+.4f} over {new.runs} runs, beyond "
-                   f"tolerance {tol:.4f} + slack {slack:.4f}")
-    if numeric and abs(d_new - d_old) > tol + slack:
-        out.append(f"deviation moved from {d_old:+.4f} to {d_new:+.4f} over {new.runs} runs, by more than "
-                   f"tolerance {tol:.4f} + slack {slack:.4f}")
-    verdict = new.verdict if new.verdict in ("substitute",) or old.verdict == "substitute" or not numeric \
-        else _fresh_verdict(old.verdict, d_new, tol, slack)
-    if verdict != old.verdict and _text(new.stated_reason) == _text(old.reason):
-        out.append(f"verdict {old.verdict} -> {verdict} but the reason is unchanged "
-                   f"({_text(old.reason) or 'none recorded'}): update the experiment's reason and re-run reproduce")
-    return out
-
-
-def check(name: str, overrides: list[str] | None = None, jobs: int = 1) -> Outcome:
-    """Run the fast subset of `name` (with `overrides` on top; `jobs` runs side by side) in a fresh folder and
-    compare with the committed comparison; the committed comparison is only read."""
-    spec = rp.experiment_spec(name)
-    outcome = Outcome(name)
-    fast = fast_overrides(spec, name)
-    if isinstance(fast, str):
-        outcome.skipped = fast
-        return outcome
-    given = {o.split("=", 1)[0].lstrip("+~") for o in overrides or []}
-    subset = [o for o in fast if o.split("=", 1)[0].lstrip("+~") not in given] + list(overrides or [])
-    committed_csv = rp.RESULTS_ROOT / "reproduce" / name / "comparison.csv"
+def rederive(name: str, spec: dict, root: Path) -> list[str]:
+    """Check 1: the comparison derived from the record equals the committed comparison.csv, byte for byte."""
+    committed_csv = root / "comparison.csv"
+    record = records.read(root)
     if not committed_csv.is_file():
-        outcome.failures.append(f"no committed comparison ({committed_csv}): run `privfair reproduce {name}`")
+        return [] if record is None else [f"a run record but no comparison: run `privfair reproduce {name} --no-run`"]
+    committed = pd.read_csv(committed_csv)
+    derived = rp.table(rp.derive(spec, record, committed), spec).to_csv(index=False, float_format="%.4f")
+    if derived != committed_csv.read_text():
+        old, new = committed_csv.read_text().splitlines(), derived.splitlines()
+        where = next((k for k, (a, b) in enumerate(zip(old, new, strict=False)) if a != b), min(len(old), len(new)))
+        return [f"comparison.csv is not what its run record gives (first difference on line {where + 1}): run "
+                f"`privfair reproduce {name} --no-run` and commit what it writes"]
+    return []
+
+
+def rerun(name: str, record: pd.DataFrame, chosen: list[int], sweep: Path) -> list[str]:
+    """Check 2: run the chosen recorded runs again into `sweep` and compare every recorded metric."""
+    from privfair_cli.compose import job_config
+    from privfair_cli.tools.sweep import run_dir_of, run_task
+
+    failures = []
+    metrics = [c for c in records.metric_columns(record) if not TIMING.search(c.removeprefix("metric."))]
+    done: set[int] = set()
+    for i in chosen:
+        if i in done:
+            continue
+        group = [j for j in _group(record, i) if j in chosen]
+        done.update(group)
+        jobs = [[f"experiment={name}", *records.job_of(record.loc[j])] for j in group]
+        for j, job, (status, line, _, _) in zip(group, jobs, run_task(jobs, sweep), strict=True):
+            run_id = record.at[j, "run_id"]
+            if status == "failed":
+                failures.append(f"{run_id}: the run failed: {line}")
+                continue
+            run_dir = run_dir_of(sweep, job_config(job), job)
+            if run_dir.relative_to(sweep).as_posix() != run_id:
+                failures.append(f"{run_id}: the same overrides now give the run "
+                                f"{run_dir.relative_to(sweep).as_posix()} (its config changed)")
+                continue
+            rec, why = results.read_record(run_dir)
+            fresh = (rec or {}).get("metrics", {})
+            for column in metrics:
+                key = column.removeprefix("metric.")
+                if key not in fresh:
+                    if not pd.isna(record.at[j, column]):
+                        failures.append(f"{run_id}: {key} is recorded ({record.at[j, column]!r}) but the run no "
+                                        f"longer reports it")
+                elif not same(record.at[j, column], fresh[key]):
+                    failures.append(f"{run_id}: {key} = {fresh[key]!r}, recorded {record.at[j, column]!r}")
+    return failures
+
+
+def check(name: str, budget: float = BUDGET) -> Outcome:
+    """Both checks for experiment `name` (the recorded runs re-run as they ran, one after the other); the
+    committed files are only read."""
+    spec = rp.experiment_spec(name)
+    root = rp.RESULTS_ROOT / "reproduce" / name
+    outcome = Outcome(name)
+    start = time.perf_counter()
+    outcome.failures += rederive(name, spec, root)
+    committed_csv = root / "comparison.csv"
+    committed = pd.read_csv(committed_csv, dtype=str, keep_default_na=False) if committed_csv.is_file() else None
+    if committed is not None:
+        outcome.cells = int(committed["verdict"].isin(COMPARED).sum())
+    record = records.read(root)
+    if record is None or record.empty:
+        outcome.note = "no run record: not covered" if outcome.cells else "no run record, no compared cell"
         return outcome
-    committed = pd.read_csv(committed_csv, dtype=str, keep_default_na=False)
-    sweep = rp.subset_dir(rp.RESULTS_ROOT / "reproduce" / name, subset) / "runs"
+    outcome.recorded = len(record)
+    outcome.cuda = int((record["device"].fillna("") == "cuda").sum())
+    comparison, used = reads(record, spec)
+    chosen = sample(record, used, budget)
+    sweep = rp.RESULTS_ROOT / "reproduce" / name / "subsets" / "guard" / "runs"
     shutil.rmtree(sweep, ignore_errors=True)  # a fresh run: nothing of an earlier version is reused
-    fresh = rp.reproduce(name, subset, sweep_dir=sweep, jobs=jobs)
-    if fresh is None:
-        outcome.skipped = "needs a CUDA device (without_cuda: skip)"
-        return outcome
-    outcome.out, outcome.fresh = str(fresh.attrs["out"]), fresh
-    outcome.failures += [f"run failed: {d}" for d in fresh.attrs["failed"]]
-    failures, outcome.compared, outcome.not_compared = compare_cells(
-        fresh, committed, rp.STATISTICS[spec.get("statistic", "mean")])
-    outcome.failures += failures
+    outcome.failures += rerun(name, record, chosen, sweep)
+    outcome.rerun = len(chosen)
+    touched = [bool(rows & set(chosen)) for rows in used]
+    outcome.touched = int(sum(t for t, v in zip(touched, comparison["verdict"], strict=True) if v in COMPARED))
+    outcome.seconds = time.perf_counter() - start
     return outcome
 
 
 def summary(outcomes: list[Outcome]) -> str:
-    """One line per experiment, then every failing cell."""
+    """One line per experiment, every failure, then the coverage."""
     lines = []
     for o in outcomes:
-        state = f"skipped: {o.skipped}" if o.skipped else (
-            f"{'ok' if o.ok else 'FAIL'}: {o.compared} cells compared, {o.not_compared} not compared"
-            + (f", {len(o.failures)} failures" if o.failures else ""))
+        state = "ok" if o.ok else "FAIL"
+        if o.recorded:
+            state += (f": {o.rerun} of {o.recorded} recorded runs re-run"
+                      + (f" ({o.cuda} CUDA runs out of the exact check)" if o.cuda else "")
+                      + f", {o.touched} of {o.cells} compared cells touched, {o.seconds:.0f} s")
+        else:
+            state += f": {o.note}"
         lines.append(f"{o.name}: {state}")
     for o in outcomes:
         lines += [f"FAIL {o.name}: {f}" for f in o.failures]
+    runs = sum(o.recorded for o in outcomes)
+    bare = [o.name for o in outcomes if not o.recorded and o.cells]
+    lines.append(f"coverage: {sum(o.rerun for o in outcomes)} of {runs} recorded runs re-run, "
+                 f"{sum(o.touched for o in outcomes)} of {sum(o.cells for o in outcomes)} compared cells touched; "
+                 f"{len(bare)} experiments with compared cells have no run record (not covered)")
     return "\n".join(lines)
+
+
+def coverage(outcomes: list[Outcome]) -> dict[str, int]:
+    """The coverage numbers of `summary`."""
+    return {"rerun": sum(o.rerun for o in outcomes), "recorded": sum(o.recorded for o in outcomes),
+            "touched": sum(o.touched for o in outcomes), "cells": sum(o.cells for o in outcomes)}
