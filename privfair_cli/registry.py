@@ -38,9 +38,11 @@ VIEWS = {
     "network": ("a network (vertices, edges)", "`loader: graphs` with `edges` and `labels` files"),
     "unlabelled_pool": ("an unlabelled pool", "`unlabelled_size`: the fraction of rows whose labels are hidden; "
                         "auto (every labelled card) hides half for a semi-supervised algorithm"),
-    "enumerable": (f"a discrete view of at most {ENUMERABLE_CELLS:,} cells (FairMaxEnt, RON-Gauss)",
-                   "`discrete`: `levels` or `bins` for every attribute, their product at most that"),
-    "causal_graph": ("a causal graph over binary nodes", "`loader: causal_tables` with a `causal_graph:` block"),
+    "enumerable": (f"a discrete view of at most {ENUMERABLE_CELLS:,} cells (FairMaxEnt, RON-Gauss, LapMech)",
+                   "`discrete`: `levels` or `bins` for every attribute, their product at most that; else derived from "
+                   "the declared bounds and levels (`levels`, `views.enumerable`)"),
+    "causal_graph": ("a causal graph over binary nodes", "`loader: causal_tables` with a `causal_graph:` block; else "
+                     "derived for a non-private algorithm (binarised nodes, graph learned by PC: `views.causal`)"),
     "tokens": ("bags of token ids with mean-pooling weights (text)", "`loader: imdb`"),
 }
 # A plugin that declares no `needs` gets its kind's.

@@ -1,8 +1,9 @@
 """A dataset the project has never seen, described by a card and no Python, runs through every algorithm of the
 kinds a table serves (classifiers, generators, graph learners, semi-supervised learners, attacks): the views
-those algorithms need beyond the card (an unlabelled pool, a reference graph) are derived, and the
-algorithms that need what no table gives (a causal graph over binary nodes, a network, bags of tokens) are the
-only ones it refuses."""
+those algorithms need beyond the card (an unlabelled pool, a reference graph, a causal graph over binarised
+nodes, an enumerable discrete view) are derived, and the algorithms that need what no table gives (a network,
+bags of tokens) are the only ones it refuses; the same holds for the card without its `discrete:` section (every
+discrete view derived from the declared bounds and levels)."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from tests.test_compat import SMALL
 
 ROWS = 400
 TABLE_KINDS = ("classifier", "generator", "graph", "semi_supervised", "attack")
-NOT_FROM_A_TABLE = {"causal_graph", "network", "tokens"}  # views no table provides
+NOT_FROM_A_TABLE = {"network", "tokens"}  # views no table provides
 PLUGINS = registry.load_plugins()
 
 
@@ -56,12 +57,19 @@ def credit_card() -> dict:
     }
 
 
+def bare_credit_card() -> dict:
+    """The same card without its `discrete:` section: the discrete, enumerable and causal views derive theirs from
+    the declared bounds and levels."""
+    return {k: v for k, v in credit_card().items() if k != "discrete"}
+
+
 def table_algorithms() -> list[str]:
     return sorted(a for a, cls in PLUGINS.items() if cls.kind in TABLE_KINDS)
 
 
-def test_only_what_no_table_gives_keeps_an_algorithm_off_a_user_card():
-    views = schema.card_views(credit_card())
+@pytest.mark.parametrize("make_card", [credit_card, bare_credit_card])
+def test_only_what_no_table_gives_keeps_an_algorithm_off_a_user_card(make_card):
+    views = schema.card_views(make_card())
     refused = {a: schema.missing_views(PLUGINS[a].requirements(registry.defaults(a)), views)
                for a in table_algorithms()}
     refused = {a: m for a, m in refused.items() if m}
@@ -77,14 +85,19 @@ def user_data(tmp_path_factory):
     return root
 
 
-@pytest.mark.parametrize("algo", [a for a in table_algorithms() if not schema.missing_views(
-    PLUGINS[a].requirements(registry.defaults(a)), schema.card_views(credit_card()))])
-def test_a_user_card_runs_through_every_algorithm_that_can_use_it(algo, user_data, tmp_path, monkeypatch):
+def runnable(make_card) -> list:
+    return [pytest.param(a, make_card, id=f"{a}-{make_card.__name__}") for a in table_algorithms()
+            if not schema.missing_views(PLUGINS[a].requirements(registry.defaults(a)), schema.card_views(make_card()))]
+
+
+@pytest.mark.parametrize("algo,make_card", runnable(credit_card) + runnable(bare_credit_card))
+def test_a_user_card_runs_through_every_algorithm_that_can_use_it(algo, make_card, user_data, tmp_path,
+                                                                  monkeypatch):
     monkeypatch.setenv("PRIVFAIR_DATA_DIR", str(user_data / "data"))
     monkeypatch.setenv("PRIVFAIR_CACHE_DIR", str(user_data / "cache"))
     cfg = copy.deepcopy(compose.compose([f"algo={algo}"]))
     with open_dict(cfg):
-        cfg.data = OmegaConf.create(credit_card())
+        cfg.data = OmegaConf.create(make_card())
         for line in SMALL.get(algo, []):
             key, value = line.split("=", 1)
             OmegaConf.update(cfg, key, yaml.safe_load(value))
