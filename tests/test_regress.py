@@ -1,133 +1,112 @@
-"""The regression guard (`privfair reproduce NAME --check`, privfair_cli.tools.regress): doctored comparisons fail, the
-real one passes, and the committed comparison is never written."""
+"""The exact regression guard (`privfair reproduce NAME --check`, privfair_cli.tools.regress): a comparison that is
+not what its run record gives fails, a re-run metric that moves by more than 1e-6 relative fails (one constant
+changed in a metric is enough), CUDA runs stay out of the exact check, and the coverage is reported."""
 
 import hashlib
-import math
+import json
 
 import pandas as pd
 import pytest
 
-from privfair_cli import compose
+from privfair_cli import metrics
 from privfair_cli.config import config_dir
-from privfair_cli.errors import ConfigError
-from privfair_cli.tools import regress
+from privfair_cli.tools import records, regress
 from privfair_cli.tools import reproduce as rp
 from tests.conftest import needs_data
 
-COLS = rp.COLUMNS
+
+def test_same_is_exact_up_to_the_stated_tolerance():
+    assert regress.same(0.8, 0.8) and regress.same(None, float("nan"))
+    assert regress.same(0.8, 0.8 * (1 + 5e-7)) and not regress.same(0.8, 0.8 * (1 + 2e-6))
+    assert regress.same(0.0, 1e-10) and not regress.same(0.0, 1e-8)
+    assert not regress.same(0.5, None) and not regress.same(None, 0.5)
+    assert regress.TIMING.search("runtime_seconds") and regress.TIMING.search("fit_time")
+    assert not regress.TIMING.search("accuracy") and not regress.TIMING.search("timestep_count")
 
 
-def frame(rows: list[dict]) -> pd.DataFrame:
-    """A comparison frame: defaults for every column, `rows` override them."""
-    base = {"table": "T", "dataset": "Adult", "algorithm": "lr", "setting": "eps=1;runs=10", "metric": "accuracy",
-            "published_mean": 0.80, "published_std": 0.01, "ours_mean": 0.80, "ours_std": 0.01, "deviation": 0.0,
-            "tolerance": 0.02, "verdict": "match", "reason": "", rp.KEY: "accuracy", rp.RUNS: 3, rp.STATED: ""}
-    return pd.DataFrame([base | r for r in rows])
+def record(rows: list[dict]) -> pd.DataFrame:
+    base = {"config_hash": "h", "eps": 1.0, "delta": 0.0, "overrides": "[]", "device": "cpu", "machine": "cpu x86_64",
+            "threads": 1, "seeds_batched": "", "seconds": 1.0, "commit": "c", "date": "d", "statuses": "",
+            "metric.accuracy": 0.8}
+    return records.frame([base | r for r in rows])
 
 
-def committed(df: pd.DataFrame) -> pd.DataFrame:
-    """As the guard reads a committed comparison.csv: the written columns, as text."""
-    return df[COLS].astype(str).replace("nan", "")
+def test_the_sample_covers_every_algorithm_and_dataset_then_cells_within_the_budget_and_no_cuda_run():
+    rec = record([{"run_id": f"{a}/{d}/s{s}", "algo": a, "data": d, "seed": s, "seconds": 10.0 + s}
+                  for a in ("lr", "pflr") for d in ("adult", "dutch") for s in (0, 1, 2)]
+                 + [{"run_id": "gan/adult/s0", "algo": "gan", "data": "adult", "seed": 0, "device": "cuda"}])
+    used = [{i} for i in rec.index]  # one cell per run
+    chosen = regress.sample(rec, used, budget=0.0)
+    picked = rec.loc[chosen]
+    assert sorted(zip(picked.algo, picked.data, strict=True)) == [("lr", "adult"), ("lr", "dutch"),
+                                                                  ("pflr", "adult"), ("pflr", "dutch")]
+    assert set(picked.seed) == {0} and "gan" not in set(picked.algo)  # the cheapest seed; the CUDA run never
+    more = rec.loc[regress.sample(rec, used, budget=25.0)]
+    assert len(more) == 6 and set(more.seconds) == {10.0, 11.0}  # the two cheapest untouched cells fit 25 s
+    every = regress.sample(rec, used, budget=1e9)
+    assert len(every) == 12
 
 
-def test_identical_cells_pass():
-    fresh = frame([{}, {"algorithm": "privlr", "deviation": 0.1, "verdict": "deviates", "reason": "known",
-                        rp.STATED: "known"}])
-    failures, compared, skipped = regress.compare_cells(fresh, committed(fresh))
-    assert failures == [] and compared == 2 and skipped == 0
+def test_a_seed_group_is_re_run_together():
+    job = lambda s: json.dumps(["algo=cfgan", "data=adult", f"seed={s}"])  # noqa: E731
+    rec = record([{"run_id": f"cfgan/adult/s{s}", "algo": "cfgan", "data": "adult", "seed": s, "overrides": job(s),
+                   "seeds_batched": "0 1 2"} for s in (0, 1, 2)])
+    assert regress.sample(rec, [{0}, {1}, {2}], budget=0.0) == [0, 1, 2]
 
 
-def test_a_matched_cell_that_now_deviates_fails():
-    old = frame([{}, {"algorithm": "privlr"}])
-    new = frame([{}, {"algorithm": "privlr", "deviation": 0.05, "ours_mean": 0.85}])  # tol 0.02 + slack 0.0115
-    failures, _, _ = regress.compare_cells(new, committed(old))
-    assert len(failures) == 3 and all(f.startswith("T | Adult | privlr | eps=1 | accuracy: ") for f in failures)
-    assert "now deviates" in failures[0] and "moved" in failures[1] and "reason is unchanged" in failures[2]
-
-
-def test_the_subset_slack_widens_the_tolerance():
-    """2 s / sqrt(n'): a deviation of 0.025 is beyond tol 0.02 but within 0.02 + 2 * 0.01 / sqrt(3)."""
-    old = frame([{}])
-    assert regress.compare_cells(frame([{"deviation": 0.025}]), committed(old))[0] == []
-    assert regress.compare_cells(frame([{"deviation": 0.025, rp.RUNS: 100}]), committed(old))[0] != []
-    assert 0.02 + 2 * 0.01 / math.sqrt(3) > 0.025 > 0.02 + 2 * 0.01 / math.sqrt(100)
-
-
-def test_a_deviation_that_moves_by_more_than_its_tolerance_fails():
-    old = frame([{"deviation": 0.10, "verdict": "deviates", "reason": "r", rp.STATED: "r"}])
-    new = frame([{"deviation": 0.16, "verdict": "deviates", "reason": "r", rp.STATED: "r"}])
-    (failure,), _, _ = regress.compare_cells(new, committed(old))
-    assert "moved from +0.1000 to +0.1600" in failure
-
-
-def test_a_verdict_change_without_a_reason_change_fails_and_with_one_passes():
-    old = frame([{"deviation": 0.10, "verdict": "deviates", "reason": "r", rp.STATED: "r"}])
-    now_matches = {"deviation": 0.0, "tolerance": 0.2}  # within the old tolerance + slack: no move failure
-    stale = frame([now_matches | {rp.STATED: "r"}])
-    (failure,), _, _ = regress.compare_cells(stale, committed(old.assign(tolerance=0.2)))
-    assert "verdict deviates -> match but the reason is unchanged (r)" in failure
-    updated = frame([now_matches | {rp.STATED: ""}])  # the config's reason was removed with the fix
-    assert regress.compare_cells(updated, committed(old.assign(tolerance=0.2)))[0] == []
-
-
-def test_cells_outside_the_subset_are_not_compared_and_a_changed_table_fails():
-    old = frame([{}, {"algorithm": "privlr"}])
-    new = frame([{}, {"algorithm": "privlr", "verdict": "not_run", "ours_mean": math.nan, "deviation": math.nan}])
-    assert regress.compare_cells(new, committed(old)) == ([], 1, 1)
-    (failure,), _, _ = regress.compare_cells(new.iloc[:1], committed(old))
-    assert "has 2 cells, the experiment gives 1" in failure
-    (failure,), _, _ = regress.compare_cells(frame([{}, {"algorithm": "other"}]), committed(old))
-    assert "is T | Adult | other" in failure
-
-
-def test_fast_overrides():
-    assert regress.fast_overrides({"fast": ["seed=range(2)"]}, "x") == ["seed=range(2)"]
-    assert regress.fast_overrides({"fast": {"skip": "too slow"}}, "x") == "too slow"
-    for bad in (None, "seed=1", ["seed"], {"skip": "a", "other": 1}):
-        with pytest.raises(ConfigError, match="reproduce.fast must be"):
-            regress.fast_overrides({"fast": bad}, "x")
-
-
-def test_every_experiment_declares_a_fast_subset_and_every_not_run_cell_a_reason():
-    root = config_dir().parent
-    for path in sorted((root / "configs" / "experiment").glob("*.yaml")):
-        fast = regress.fast_overrides(rp.experiment_spec(path.stem), path.stem)  # raises without a valid `fast`
-        if isinstance(fast, list):  # the subset's first job composes (no data is read)
-            assert compose.job_config(compose.expand([f"experiment={path.stem}", *fast])[0]), path.stem
-        csv = root / "results" / "reproduce" / path.stem / "comparison.csv"
-        if csv.is_file():
-            cells = pd.read_csv(csv, dtype=str, keep_default_na=False)
-            missing = cells[(cells["verdict"] != "match") & (cells["reason"].str.strip() == "")]
-            assert missing[missing["verdict"] == "not_run"].empty, f"{path.stem}: a not_run cell without a reason"
-
-
-CHEAP, SUBSET = "ding2020_table1", ["seed=range(1)", "algo=lr", "eps=10"]  # one run: 4 cells (lr's eps = inf)
+CHEAP, SUBSET = "ding2020_table1", ["seed=range(1)", "algo=lr", "eps=10"]  # one run: lr's 4 cells (eps = inf)
 
 
 @needs_data("adult")
-def test_the_guard_passes_on_the_real_comparison_fails_on_a_doctored_one_and_never_writes_it(monkeypatch):
-    root = config_dir().parent
-    monkeypatch.chdir(root)  # RESULTS_ROOT is relative: the real committed comparison
-    csv = root / "results" / "reproduce" / CHEAP / "comparison.csv"
-    before = hashlib.sha256(csv.read_bytes()).hexdigest()
-    outcome = regress.check(CHEAP, SUBSET)
-    assert hashlib.sha256(csv.read_bytes()).hexdigest() == before
+def test_the_guard_passes_on_its_record_and_fails_when_a_metric_constant_or_the_comparison_changes(
+        tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PRIVFAIR_PROGRESS", "off")
+    rp.reproduce(CHEAP, SUBSET, update_canonical=True)  # a record of one run, and its comparison
+    root = tmp_path / "results" / "reproduce" / CHEAP
+    csv, rec = root / "comparison.csv", root / records.FILE
+    before = {p: hashlib.sha256(p.read_bytes()).hexdigest() for p in (csv, rec)}
+    outcome = regress.check(CHEAP)
     assert outcome.ok, outcome.failures
-    assert outcome.compared == 4 and "subsets" in outcome.out
-    real = pd.read_csv(csv, dtype=str, keep_default_na=False)
-    cell = outcome.fresh.index[outcome.fresh["verdict"] == "match"][0]
-    assert real.at[cell, "verdict"] == "match"
-    where = f"{real.at[cell, 'table']} | {real.at[cell, 'dataset']} | {real.at[cell, 'algorithm']}"
-    moved = real.copy()
-    moved.at[cell, "deviation"] = f"{float(real.at[cell, 'deviation']) + 1:.4f}"  # committed value out of tolerance
-    failures, _, _ = regress.compare_cells(outcome.fresh, moved)
-    assert failures and all(f.startswith(where) for f in failures)
-    # committed as deviating with the reason the config gives the cell, and a tolerance the fresh cell is well inside
-    flipped, d_new = real.copy(), float(outcome.fresh.at[cell, "deviation"])
-    flipped.loc[cell, ["verdict", "deviation", "tolerance", "reason"]] = [
-        "deviates", f"{d_new:.4f}", f"{abs(d_new) + 1:.4f}", outcome.fresh.at[cell, rp.STATED]]
-    (failure,) = regress.compare_cells(outcome.fresh, flipped)[0]
-    assert failure.startswith(where) and "verdict deviates -> match but the reason is unchanged" in failure
+    assert (outcome.rerun, outcome.recorded, outcome.touched, outcome.cells) == (1, 1, 4, 4)
+    assert {p: hashlib.sha256(p.read_bytes()).hexdigest() for p in (csv, rec)} == before  # only read
+    assert "coverage: 1 of 1 recorded runs re-run, 4 of 4 compared cells touched" in regress.summary([outcome])
+
+    # one constant of the group-rate metric changes by 1e-4: every risk difference moves, and the guard says which
+    rate = metrics._rate
+    monkeypatch.setattr(metrics, "_rate", lambda num, den: rate(num, den) * (1 + 1e-4))
+    failed = regress.check(CHEAP)
+    assert not failed.ok and any("risk_difference_abs = " in f and "recorded" in f for f in failed.failures)
+    monkeypatch.setattr(metrics, "_rate", rate)
+
+    # a comparison edited by hand is not what its record gives
+    text = csv.read_text()
+    csv.write_text(text.replace(",match,", ",deviates,", 1))
+    (failure,) = regress.check(CHEAP).failures
+    assert "comparison.csv is not what its run record gives" in failure
+    csv.write_text(text)
+
+    # a run recorded on a CUDA device is out of the exact check
+    cuda = records.read(root).assign(device="cuda")
+    records.write(cuda, root)
+    outcome = regress.check(CHEAP)
+    assert outcome.ok and (outcome.rerun, outcome.cuda) == (0, 1)
+
+
+def test_an_experiment_without_a_record_is_reported_as_not_covered(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    root = tmp_path / "results" / "reproduce" / CHEAP
+    root.mkdir(parents=True)
+    real = config_dir().parent / "results" / "reproduce" / CHEAP / "comparison.csv"
+    committed = pd.read_csv(real)
+    committed.to_csv(root / "comparison.csv", index=False, float_format="%.4f")
+    records.path_of(root).unlink(missing_ok=True)
+    rp.reproduce(CHEAP, [], run=False, update_canonical=True)  # the committed numbers, re-judged, recorded = no
+    outcome = regress.check(CHEAP)
+    assert outcome.ok and outcome.recorded == 0 and outcome.note == "no run record: not covered"
+    line = regress.summary([outcome]).splitlines()[-1]
+    assert f"0 of {outcome.cells} compared cells touched; 1 experiments with compared cells have no run record" \
+        in line
 
 
 def test_reproduce_all_ends_with_the_summary_and_wall_times(monkeypatch, capsys):
@@ -140,15 +119,14 @@ def test_reproduce_all_ends_with_the_summary_and_wall_times(monkeypatch, capsys)
     assert main(["reproduce", "all"]) == 0
     out = capsys.readouterr().out
     assert "Reproduction summary" in out and "| wall time |" in out and set(calls) == {1}
+    assert "| match | consistent | deviates | substitute | not run | not comparable | run record |" in out
     calls.clear()
     assert main(["reproduce", "all", "--jobs", "2"]) == 0 and set(calls) == {2}
-    out = capsys.readouterr().out
-    assert "| [`xu2021_table8_1`](docs/reproduction.md#xu2021_table8_1) | Table 8.1 | 11 |" in out
 
 
-def test_no_run_compares_the_runs_here_and_merges_into_the_committed_comparison(monkeypatch, capsys):
-    """--no-run trains nothing; without overrides it merges as --update does (the runs here measure part of a
-    long table, so a plain rewrite would turn the other cells into not_run); it is refused with --check."""
+def test_no_run_derives_from_the_record_and_check_takes_no_overrides(monkeypatch, capsys):
+    """--no-run trains nothing; without overrides it re-derives the canonical comparison from the record (merging
+    any runs here); --check is refused with --no-run, --update or overrides."""
     from privfair_cli.main import main
 
     calls = []
@@ -161,14 +139,24 @@ def test_no_run_compares_the_runs_here_and_merges_into_the_committed_comparison(
     assert calls == [([], False, True), (["algo=lr"], False, False), (["algo=lr"], False, True), ([], True, False)]
     assert main(["reproduce", "xu2021_table8_1", "--check", "--no-run"]) != 0
     assert "use --check or --no-run, not both" in capsys.readouterr().err
+    assert main(["reproduce", "xu2021_table8_1", "--check", "seed=1"]) != 0
+    assert "it takes no overrides" in capsys.readouterr().err
 
 
 def test_check_flag_runs_the_guard_and_fails_on_a_failure(monkeypatch, capsys):
     from privfair_cli.main import main
 
-    monkeypatch.setattr(regress, "check",
-                        lambda name, overrides, jobs=1: regress.Outcome(name, failures=["T | x: moved"]))
+    monkeypatch.setattr(regress, "check", lambda name: regress.Outcome(name, failures=["run x: accuracy moved"]))
     assert main(["reproduce", "xu2021_table8_1", "--check"]) == 1
-    assert "FAIL xu2021_table8_1: T | x: moved" in capsys.readouterr().out
-    monkeypatch.setattr(regress, "check", lambda name, overrides, jobs=1: regress.Outcome(name, skipped="too slow"))
+    assert "FAIL xu2021_table8_1: run x: accuracy moved" in capsys.readouterr().out
+    monkeypatch.setattr(regress, "check", lambda name: regress.Outcome(name, note="no run record: not covered"))
     assert main(["reproduce", "--check", "all"]) == 0
+    assert "coverage: 0 of 0 recorded runs re-run" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("name", ["ding2020_table1", "xu2021_table8_1", "pujol2023_table3"])
+def test_committed_comparisons_are_what_their_records_give(monkeypatch, name):
+    """The CI check in small: the committed comparison equals its re-derivation (record, or committed numbers)."""
+    monkeypatch.chdir(config_dir().parent)
+    spec = rp.experiment_spec(name)
+    assert regress.rederive(name, spec, rp.RESULTS_ROOT / "reproduce" / name) == []

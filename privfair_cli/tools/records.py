@@ -16,6 +16,7 @@ round-trip text, gzip with mtime 0 and no file name, so writing the same runs gi
 
 from __future__ import annotations
 
+import csv
 import gzip
 import io
 import json
@@ -151,16 +152,27 @@ def read(root: Path) -> pd.DataFrame | None:
     return from_bytes(path.read_bytes())
 
 
+TEXT = ("run_id", "config_hash", "overrides", "device", "machine", "seeds_batched", "commit", "date", "statuses")
+INTEGER = re.compile(r"-?\d+")
+
+
+def _typed(values: list[str]) -> list:
+    """A column read back: whole numbers as int, other numbers as Python floats (exactly the written ones: the
+    text is Python's shortest round-trip form), empty cells as NaN, anything else as text."""
+    nan = float("nan")
+    if all(v == "" or INTEGER.fullmatch(v) for v in values) and all(values):
+        return [int(v) for v in values]
+    try:
+        return [float(v) if v != "" else nan for v in values]
+    except ValueError:
+        return [v if v != "" else nan for v in values]
+
+
 def from_bytes(data: bytes) -> pd.DataFrame:
-    text = gzip.decompress(data).decode()
-    df = pd.read_csv(io.StringIO(text), float_precision="round_trip", keep_default_na=False,
-                     na_values=[""], dtype={c: str for c in ("run_id", "config_hash", "overrides", "device",
-                                                             "machine", "seeds_batched", "commit", "date",
-                                                             "statuses")})
-    for c in ("overrides", "seeds_batched", "statuses", "commit", "device", "machine"):
-        if c in df:
-            df[c] = df[c].fillna("")
-    return df
+    rows = list(csv.reader(io.StringIO(gzip.decompress(data).decode())))
+    head, body = rows[0], rows[1:]
+    columns = {c: ([r[k] for r in body] if c in TEXT else _typed([r[k] for r in body])) for k, c in enumerate(head)}
+    return pd.DataFrame(columns, columns=head)
 
 
 def merge(old: pd.DataFrame | None, new: pd.DataFrame, keep: set[str] | None = None) -> pd.DataFrame:
