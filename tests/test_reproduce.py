@@ -1,6 +1,9 @@
-"""The published-number comparison: cell matching, the tolerance rule, verdicts; CPU fallbacks."""
+"""The published-number comparison: cell matching, the verdict rule and its floor table, run records and the
+re-derivation from them; CPU fallbacks."""
 
+import fnmatch
 import math
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -8,7 +11,7 @@ import pandas as pd
 import pytest
 
 from privfair_cli.errors import ConfigError
-from privfair_cli.tools import reproduce
+from privfair_cli.tools import records, reproduce, verdicts
 from tests.conftest import needs_data
 
 PUBLISHED = pd.DataFrame([
@@ -21,7 +24,7 @@ PUBLISHED = pd.DataFrame([
 
 SPEC = {"table": "T", "datasets": {"Adult": "adult", "US": "adult"}, "metrics": {"accuracy": "accuracy"},
         "algorithms": {"lr": "lr", "privlr": "privlr"}, "settings": {"eps": "eps"},
-        "floors": {"accuracy": 0.01}, "substitute": ["US"], "reasons": {"privlr|Adult|*": "known reason"}}
+        "substitute": ["US"], "reasons": {"privlr|Adult|*": "known reason"}}
 
 
 def runs(algo, eps, accs):
@@ -34,14 +37,54 @@ def test_compare_matches_cells_and_applies_the_tolerance_rule():
     out = reproduce.compare(df, PUBLISHED, SPEC).set_index(["dataset", "algorithm", "setting"])
     lr = out.loc[("Adult", "lr", "eps=inf;runs=10")]
     ours_std = pd.Series([0.801, 0.803, 0.805, 0.807]).std()
-    assert lr.ours_mean == pytest.approx(0.804)
-    assert lr.tolerance == pytest.approx(max(0.01, 2 * math.sqrt(0.01**2 + ours_std**2) / 2))
+    assert lr.ours_mean == pytest.approx(0.804) and lr.runs == 4 and lr.recorded == "yes"
+    assert lr.bound == pytest.approx(max(0.01, 2 * math.sqrt(0.01**2 + ours_std**2) / 2))
+    assert lr.tolerance == pytest.approx(min(0.01, lr.bound))  # accuracy's floor, the published std: 0.01
     assert lr.verdict == "match" and lr.reason == ""
     bad = out.loc[("Adult", "privlr", "eps=1;runs=10")]
     assert bad.verdict == "deviates" and bad.deviation == pytest.approx(-0.2) and bad.reason == "known reason"
     assert out.loc[("Adult", "privlr", "eps=10;runs=10")].verdict == "not_run"  # no eps=10 runs
     assert out.loc[("US", "privlr", "eps=1;runs=10")].verdict == "substitute"
     assert len(out) == 4  # the other table is not compared
+
+
+def test_the_band_never_grows_with_our_spread():
+    """match needs closeness (the kind's floor, relative band or the published std) and statistical consistency;
+    a wide spread of ours makes a far cell `consistent`, never a match (issue 45: PFLR*'s Adult RD 0.184 +- 0.203
+    over 3 runs against the published 0.005)."""
+    wide = verdicts.judge("risk_difference", 0.005, float("nan"), 0.184, 0.203, 3)
+    assert wide.verdict == "consistent" and wide.tolerance == 0.02
+    assert wide.bound == pytest.approx(2 * 0.203 / math.sqrt(3))
+    assert verdicts.judge("risk_difference", 0.005, float("nan"), 0.184, 0.01, 3).verdict == "deviates"
+    assert verdicts.judge("risk_difference", 0.005, float("nan"), 0.02, 0.203, 3).verdict == "match"
+    # the published std widens the band: a paper's own spread
+    assert verdicts.judge("accuracy", 0.80, 0.05, 0.84, 0.05, 10).verdict == "match"
+    # close to the published number but statistically apart (tight runs, no published spread): within the floor
+    # it matches, beyond it not
+    assert verdicts.judge("accuracy", 0.80, float("nan"), 0.809, 0.0, 10).verdict == "match"
+    assert verdicts.judge("accuracy", 0.80, float("nan"), 0.811, 0.0, 10).verdict == "deviates"
+    # a relative band: 10 % of a chi-square distance
+    assert verdicts.judge("chi2", 14482, float("nan"), 15500, float("nan"), 1).verdict == "match"
+    assert verdicts.judge("chi2", 14482, float("nan"), 16500, float("nan"), 1).verdict == "deviates"
+    # timing cells are shown, never judged; no run: not_run; a stand-in dataset: substitute
+    assert verdicts.judge("runtime_pct_of_mst", 97.8, float("nan"), 97.8, float("nan"), 10).verdict == \
+        "not_comparable"
+    assert verdicts.judge("accuracy", 0.8, 0.0, float("nan"), float("nan"), 0).verdict == "not_run"
+    assert verdicts.judge("accuracy", 0.8, 0.0, 0.8, 0.0, 5, substitute=True).verdict == "substitute"
+    with pytest.raises(ConfigError, match="has no kind in privfair_cli.tools.verdicts.KINDS"):
+        verdicts.kind_of("made_up_metric")
+
+
+def test_every_compared_published_metric_has_one_kind():
+    """The floors are one table per metric kind: every metric an experiment compares has exactly one kind."""
+    from privfair_cli.config import group_options
+
+    for name in group_options("experiment"):
+        spec = reproduce.experiment_spec(name)
+        for metric in spec["metrics"]:
+            kinds = [k.name for k in verdicts.KINDS if any(fnmatch.fnmatchcase(metric, p) for p in k.metrics)]
+            assert len(kinds) == 1, (name, metric, kinds)
+        assert "floors" not in spec and "fast" not in spec, name
 
 
 def test_without_cuda(monkeypatch):
@@ -72,17 +115,18 @@ def test_parse_setting():
 
 
 # ------------------------------------------------------------------------------------------ derived cells, variants
+TVD, DP = "tvd_1way_pct_of_mst", "dp_pct_of_mst"
 TABLE3_PUB = pd.DataFrame([
-    ["s", "T3", "adult", "greedy", "eps=1", "tvd_pct", 100.0, float("nan"), ""],
-    ["s", "T3", "adult", "greedy", "eps=1", "dp_pct", 80.0, float("nan"), ""],
-    ["s", "T3", "compas", "greedy", "eps=1", "dp_pct", 90.0, float("nan"), ""],
+    ["s", "T3", "adult", "greedy", "eps=1", TVD, 100.0, float("nan"), ""],
+    ["s", "T3", "adult", "greedy", "eps=1", DP, 80.0, float("nan"), ""],
+    ["s", "T3", "compas", "greedy", "eps=1", DP, 90.0, float("nan"), ""],
 ], columns=PUBLISHED.columns)
 RATIO_SPEC = {
-    "table": "T3", "datasets": {"adult": "adult", "compas": "compas"}, "metrics": {"tvd_pct": "tvd", "dp_pct": "dp"},
-    "algorithms": {"greedy": "greedy"}, "settings": {"eps": "eps"}, "floors": {"tvd_pct": 5, "dp_pct": 25},
+    "table": "T3", "datasets": {"adult": "adult", "compas": "compas"}, "metrics": {TVD: "tvd", DP: "dp"},
+    "algorithms": {"greedy": "greedy"}, "settings": {"eps": "eps"},
     "reasons": {"*": "why"},
     "cell": {"_target_": "privfair_cli.tools.reproduce.ratio", "denominator": "mst", "scale": 100},
-    "metrics_by_dataset": {"compas": {"dp_pct": "dp_race"}}, "key_notes": {"*_race": "audit=race"},
+    "metrics_by_dataset": {"compas": {DP: "dp_race"}}, "key_notes": {"*_race": "audit=race"},
     "variants": [{"keys": {"dp_race": "dp"}, "label": "{metric} [{key}, sensitive=Sex]", "reason": "on Sex"}],
     "columns": {"our_metric": "key", "reading": {"dp": "a gap on Sex"}}}
 
@@ -98,14 +142,15 @@ def test_ratio_cells_with_per_dataset_keys_notes_and_variants():
                       gen_runs("greedy", "compas", dp=[0.1, 0.3], dp_race=[0.2, 0.2]),
                       gen_runs("mst", "compas", dp=[0.2, 0.2], dp_race=[0.25, 0.25])])
     out = reproduce.compare(runs, TABLE3_PUB, RATIO_SPEC)
-    assert list(out["metric"]) == ["tvd_pct", "dp_pct", "dp_pct", "dp_pct [dp, sensitive=Sex]"]
+    assert list(out["metric"]) == [TVD, DP, DP, f"{DP} [dp, sensitive=Sex]"]
     tvd, dp_adult, dp_race, dp_sex = (r for _, r in out.iterrows())
     assert tvd.ours_mean == pytest.approx(100.0) and tvd.verdict == "match" and tvd.reason == ""
     assert tvd.setting == "eps=1;runs=2" and tvd.tolerance == 5 and math.isnan(tvd.ours_std)
-    assert math.isnan(dp_adult.ours_mean) and dp_adult.verdict == "deviates"  # 0 / 0
+    assert math.isnan(dp_adult.ours_mean) and dp_adult.verdict == "not_run"  # 0 / 0: no number
     assert dp_adult.reason == "ratio undefined: both means are 0"
-    assert dp_race.our_metric == "dp_race" and dp_race.ours_mean == pytest.approx(80.0)
-    assert dp_race.verdict == "match" and dp_race.setting == "eps=1;audit=race;runs=2" and dp_race.reason == ""
+    assert dp_race.our_metric == "dp_race" and dp_race.ours_mean == pytest.approx(80.0, abs=1e-9)
+    assert dp_race.verdict == "deviates" and dp_race.setting == "eps=1;audit=race;runs=2"  # 10 points > 5
+    assert dp_race.reason == "why"
     assert dp_sex.our_metric == "dp" and dp_sex.ours_mean == pytest.approx(100.0) and dp_sex.reason == "on Sex"
     assert dp_sex.setting == "eps=1;runs=2"
     written = reproduce.table(out, RATIO_SPEC)
@@ -182,50 +227,63 @@ def test_a_subset_never_touches_the_canonical_comparison(tmp_path, monkeypatch):
 
 
 @needs_data
-def test_update_recomputes_the_cells_measured_here_and_keeps_the_committed_rest(tmp_path, monkeypatch):
-    """--update: the canonical comparison's cells that the full sweep's local runs measure are recomputed; a cell
-    whose runs are not here keeps its committed row, unless that row is not_run (then it takes the reason the
-    experiment gives now); a run outside the sweep (algo.l2=5) never enters it."""
+def test_the_record_is_deterministic_and_no_run_re_derives_the_comparison_from_it_alone(tmp_path, monkeypatch):
+    """The full sweep's runs here are merged into runs.csv.gz and the canonical comparison is derived from it: the
+    same runs give the same bytes, `--no-run` re-derives the same comparison with the run folders gone, a run
+    outside the sweep (algo.l2=5) never enters, and a committed cell no recorded run measures keeps its number,
+    re-judged, with `recorded` = no."""
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("PRIVFAIR_PROGRESS", "off")
     name = "xu2021_table8_1"
     root = tmp_path / "results" / "reproduce" / name
-    reproduce.reproduce(name, [], run=False)  # no runs: every cell not_run
+    reproduce.reproduce(name, [], run=False, update_canonical=True)
+    assert not (root / "comparison.csv").exists()  # nothing run, nothing committed: nothing written
+    reproduce.reproduce(name, ["seed=range(1)", "algo=lr", "data=adult", "algo.l2=5"], update_canonical=True)
+    assert not records.path_of(root).exists()  # the algo.l2=5 run is not part of the experiment
+
+    reproduce.reproduce(name, ["seed=range(2)", "algo=lr", "data=adult"], update_canonical=True)
     committed = pd.read_csv(root / "comparison.csv")
     elsewhere = (committed.algorithm == "privlr") & (committed.dataset == "Dutch")  # "run in another session"
-    committed.loc[elsewhere, ["ours_mean", "verdict", "reason"]] = [0.5, "deviates", "committed reason"]
-    current = committed.reason.copy()
-    committed.loc[~elsewhere, "reason"] = "stale reason"  # a not_run row written under an older reason
+    committed.loc[elsewhere, ["ours_mean", "ours_std", "runs", "verdict"]] = [0.5, 0.01, 10, "match"]
     committed.to_csv(root / "comparison.csv", index=False, float_format="%.4f")
+    data = records.path_of(root).read_bytes()
+    assert data[4:8] == b"\0\0\0\0"  # gzip mtime 0
+    rec = records.read(root)
+    assert len(rec) == 2 and set(rec["device"]) == {"cpu"} and rec["machine"].str.startswith("cpu ").all()
+    assert set(records.metric_columns(rec)) == {"metric.accuracy", "metric.risk_difference_abs"}  # what it reads
 
-    other = reproduce.reproduce(name, ["seed=range(1)", "algo=lr", "data=adult", "algo.l2=5"], update_canonical=True)
-    assert other.attrs["out"].parent.name == "subsets"
-    after = pd.read_csv(root / "comparison.csv")
-    assert (after.verdict == committed.verdict).all()  # the algo.l2=5 run is not part of the experiment
-
-    reproduce.reproduce(name, ["seed=range(1)", "algo=lr", "data=adult"], update_canonical=True)
+    reproduce.reproduce(name, [], run=False, update_canonical=True)  # the same runs: the same bytes
+    assert records.path_of(root).read_bytes() == data
     after = pd.read_csv(root / "comparison.csv")
     lr = (after.algorithm == "lr") & (after.dataset == "Adult")
-    assert (after[lr].verdict != "not_run").all() and after[lr].ours_mean.notna().all()
-    assert (after[elsewhere].verdict == "deviates").all() and (after[elsewhere].ours_mean == 0.5).all()
-    assert (after[elsewhere].reason == "committed reason").all()
-    rest = ~lr & ~elsewhere
-    assert (after[rest].verdict == "not_run").all()
-    assert after[rest].reason.fillna("").equals(current[rest].fillna(""))  # today's reasons, not the stale one
+    assert (after[lr].recorded == "yes").all() and (after[lr].runs == 2).all()
+    kept = after[elsewhere]
+    assert (kept.recorded == "no").all() and (kept.ours_mean == 0.5).all()
+    assert (kept.verdict == "deviates").all()  # re-judged from its numbers, not the committed "match"
+    assert (after[~lr & ~elsewhere].verdict == "not_run").all()
 
-    reproduce.reproduce(name, [], run=False, update_canonical=True)  # the full experiment with --update: same
-    assert pd.read_csv(root / "comparison.csv").equals(after)
+    text = (root / "comparison.csv").read_text()
+    shutil.rmtree(root / "runs")  # the record alone
+    reproduce.reproduce(name, [], run=False, update_canonical=True)
+    assert (root / "comparison.csv").read_text() == text and records.path_of(root).read_bytes() == data
 
-    # without CUDA a full run restricted to its CPU cells (`without_cuda`) updates the same way: nothing is lost
-    monkeypatch.setattr(reproduce, "without_cuda", lambda spec, overrides: [*overrides, "seed=range(1)", "algo=lr",
-                                                                             "data=adult"])
-    reproduce.reproduce(name, [])
-    assert pd.read_csv(root / "comparison.csv").equals(after)
 
-    committed.drop(index=0).to_csv(root / "comparison.csv", index=False)  # cells differ: refused, file kept
-    with pytest.raises(ConfigError, match="without --update"):
-        reproduce.reproduce(name, [], run=False, update_canonical=True)
-    assert len(pd.read_csv(root / "comparison.csv")) == len(committed) - 1
+def test_records_round_trip_exactly_merge_and_prune():
+    rows = [{"run_id": f"lr/adult/seed={s}-h", "config_hash": "h", "algo": "lr", "data": "adult", "eps": 1.0,
+             "delta": 0.0, "seed": s, "cfg.eps": 1, "overrides": "[]", "device": "cpu", "machine": "cpu x86_64",
+             "threads": 1, "seeds_batched": "", "seconds": 0.5, "commit": "c", "date": "d", "statuses": "",
+             "metric.accuracy": 0.1 + 0.2 * s, "metric.other": 1 / 3} for s in (2, 0, 1)]
+    rec = records.frame(rows)
+    assert list(rec["seed"]) == [0, 1, 2]  # sorted by run id
+    back = records.from_bytes(records.to_bytes(rec))
+    assert list(back["metric.accuracy"]) == [0.1, 0.1 + 0.2, 0.1 + 0.4] and back["metric.other"][0] == 1 / 3
+    assert records.to_bytes(back) == records.to_bytes(rec)
+    new = records.frame([rows[0] | {"metric.accuracy": 0.9}])
+    merged = records.merge(rec, new, keep={r["run_id"] for r in rows[:2]})
+    assert list(merged["seed"]) == [0, 2] and merged["metric.accuracy"].tolist()[1] == 0.9  # seed 1 left the sweep
+    pruned = records.prune(rec, {"accuracy"}, lambda p: True)
+    assert records.metric_columns(pruned) == ["metric.accuracy"]
+    assert records.prune(rec, {"accuracy"}, lambda p: False) is rec  # the comparison would change: keep all
 
 
 # ------------------------------------------------------------------------------------------ figure kinds
@@ -257,7 +315,7 @@ def test_figure_kinds_write_their_files(tmp_path):
 # ------------------------------------------------------------------------------------------ the published statistic
 def test_median_cells_use_the_median_and_a_robust_spread():
     """`statistic: median`: the cell is the median of its runs, its spread 1.4826 MAD (scipy's normal-scaled MAD),
-    and the tolerance widens by sqrt(pi/2), the standard error of a median relative to a mean's."""
+    and the statistical bound widens by sqrt(pi/2), the standard error of a median relative to a mean's."""
     from scipy.stats import median_abs_deviation
 
     accs = [0.50, 0.52, 0.53, 0.55, 0.95]  # one outlying run: it moves the mean, not the median
@@ -267,8 +325,9 @@ def test_median_cells_use_the_median_and_a_robust_spread():
     cell = out.loc[("Adult", "privlr", "eps=1;runs=10")]
     spread = median_abs_deviation(accs, scale="normal")
     assert cell.ours_mean == pytest.approx(np.median(accs)) and cell.ours_std == pytest.approx(spread, rel=1e-4)
-    assert cell.tolerance == pytest.approx(
+    assert cell.bound == pytest.approx(
         max(0.01, 2 * math.sqrt(math.pi / 2) * math.sqrt(0.05**2 + cell.ours_std**2) / math.sqrt(5)))
+    assert cell.tolerance == pytest.approx(min(0.05, cell.bound))  # the band: the published std 0.05
     mean = reproduce.compare(df, PUBLISHED, SPEC).set_index(["dataset", "algorithm", "setting"])
     assert mean.loc[("Adult", "privlr", "eps=1;runs=10")].ours_mean == pytest.approx(np.mean(accs))
 
@@ -291,22 +350,24 @@ def test_bad_statistic_fails_in_one_line(tmp_path, monkeypatch, block, match):
 
 def test_a_cell_with_failed_runs_is_na_never_a_mean_of_the_rest(tmp_path):
     """A run whose solver did not reach an optimal status reports NaN: its cell is N/A (not_run, no number) with
-    how many runs failed and the statuses their warnings name, under the mean and the median statistic alike."""
+    how many runs failed and the statuses their warnings name (the record's `statuses`), under the mean and the
+    median statistic alike."""
     import json
 
     accs = [0.70, float("nan"), 0.72, float("nan")]
-    df = runs("privlr", 1, accs)
-    dirs = []
+    rows = []
     for i, acc in enumerate(accs):
-        d = tmp_path / f"run{i}"
-        d.mkdir()
+        d = tmp_path / "sweep" / f"seed={i}-abc"
+        d.mkdir(parents=True)
         warn = [] if acc == acc else ["privlr: the w-step solver ended with status 'optimal_inaccurate': N/A"]
         rec = {"algo": "privlr", "data": "adult", "eps": 1.0, "delta": 0.0, "seed": i,
                "metrics": {"accuracy": None if acc != acc else acc}, "privacy": {}, "timings": {}, "env": {},
                "warnings": warn}
         (d / "metrics.json").write_text(json.dumps(rec))
-        dirs.append(str(d))
-    df["run_dir"] = dirs
+        (d / "config.yaml").write_text("eps: 1.0\n")
+        rows.append(records.row_of(d, tmp_path / "sweep", {"eps": "eps"}, "c"))
+    df = records.runs_view(records.frame(rows))
+    assert list(df["statuses"]) == ["", "optimal_inaccurate", "", "optimal_inaccurate"]
     for spec in (SPEC, SPEC | {"statistic": "median"}):
         out = reproduce.compare(df, PUBLISHED, spec).set_index(["dataset", "algorithm", "setting"])
         cell = out.loc[("Adult", "privlr", "eps=1;runs=10")]
