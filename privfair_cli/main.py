@@ -38,7 +38,7 @@ def run_hydra(args: list[str], debug: bool) -> int:
     from hydra.core.global_hydra import GlobalHydra
 
     multirun = any(a in ("-m", "--multirun") for a in args)
-    overrides = [a for a in args if a not in ("-m", "--multirun")]
+    overrides = canonical_overrides([a for a in args if a not in ("-m", "--multirun")])  # older names, data.recipe
     if any(a.startswith("-") and "=" not in a for a in overrides):
         bad = next(a for a in overrides if a.startswith("-") and "=" not in a)
         raise ConfigError(f"unknown option {bad}; `privfair run` takes Hydra overrides key=value and -m")
@@ -406,7 +406,7 @@ def _main(argv: list[str] | None) -> int:
     debug = "--debug" in argv or os.environ.get("HYDRA_FULL_ERROR") == "1"
     argv = [a for a in argv if a != "--debug"]
     if argv and argv[0] == "run" and not {"-h", "--help"} & set(argv[1:]):
-        args = argparse.Namespace(command="run", overrides=canonical_overrides(argv[1:]))  # Hydra's -m passes through
+        args = argparse.Namespace(command="run", overrides=argv[1:])  # Hydra's -m passes through
     else:
         args = build_parser().parse_args(argv)
     args.debug = debug

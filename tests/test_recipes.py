@@ -149,3 +149,12 @@ def test_the_parse_cache_tells_recipes_apart():
     assert len(keys) == 1 + len(recipes("adult"))
     ssl = load_card("adult", recipe="zhang2022_ssl")
     assert data_lib._cache_key(ssl, digests) != data_lib._cache_key(ssl | {"recipe": "other"}, digests)
+
+
+def test_the_cli_refuses_an_unknown_recipe_in_one_line(capsys):
+    from privfair_cli.main import main
+
+    assert main(["run", "algo=lr", "data=adult", "data.recipe=xu2023"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("privfair: error: data.recipe='xu2023' is unknown for data=adult; allowed: ")
+    assert "xu2023_ffpdg" in err and "\n" not in err
