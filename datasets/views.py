@@ -28,7 +28,8 @@ causal graph learned from the rows, for a card without a `causal_graph:` block.
   the outcome node y (1 = `positive`); a two-level attribute keeps its code; an ordered (binned) attribute is 1
   above the training rows' median code; any other attribute is 1 at its most common level among the training
   rows. A node constant on the training rows is left out.
-- The graph: non-private PC-stable with G^2 (`views.causal.tau`, pcalg's small-sample rule) on the training rows,
+- The graph: non-private PC-stable with G^2 (`views.causal.tau`, pcalg's small-sample rule, conditioning sets of
+  at most `views.causal.max_order` nodes: null = no cap, a minute on Adult's training rows) on the training rows,
   oriented by the separating sets and Meek's rules, then made a DAG with background knowledge: the other
   protected attributes first (exogenous: the context O of the counterfactual effect), then the sensitive node,
   the outcome last, the rest in the order the learned orientations give (card order where they leave it open or
@@ -296,7 +297,8 @@ def causal_view(train, test, card: dict):
     names = [c for c in columns if c in (sens, label) or np.ptp(nodes[c][is_train]) > 0]
     codes = np.stack([nodes[c][is_train] for c in names], axis=1)
     tau = float(options(card, "causal").get("tau") or 0.01)
-    adj, sepset, _ = skeleton(GSquare(codes, np.full(len(names), 2), "g2", CAUSAL_N_MIN_FACTOR), tau)
+    adj, sepset, _ = skeleton(GSquare(codes, np.full(len(names), 2), "g2", CAUSAL_N_MIN_FACTOR), tau,
+                              options(card, "causal").get("max_order"))
     roles = card.get("roles") or {}
     context = [c for c in roles.get("protected") or [] if c in names and c != sens]
     children = _dag(names, adj, orient(adj, sepset), sens, label, context)

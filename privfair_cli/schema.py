@@ -242,13 +242,13 @@ def _check_discrete(card: dict) -> None:
             raise ConfigError(f"data.discrete.{col}.bins={edges!r} must be at least two increasing edges")
 
 
-VIEW_OPTIONS = {"enumerable": ("cells", "bins", "keep"), "causal": ("tau", "max_nodes")}
+VIEW_OPTIONS = {"enumerable": ("cells", "bins", "keep"), "causal": ("tau", "max_nodes", "max_order")}
 
 
 def _check_views(card: dict) -> None:
     """`levels` (documented levels `{col: [values]}`, read by the derived views) and the `views` options
     (datasets/views.py): enumerable `cells` (auto or >= 4), `bins` (auto or >= 2), `keep` (null or a list of
-    attributes); causal `tau` in (0, 1), `max_nodes` (null or >= 2)."""
+    attributes); causal `tau` in (0, 1), `max_nodes` (null or >= 2), `max_order` (null or >= 0)."""
     levels = card.get("levels") or {}
     if not isinstance(levels, dict) or not all(isinstance(v, list | tuple) and v for v in levels.values()):
         raise ConfigError(f"data.levels={levels!r} must map columns to their documented levels {{col: [values]}}")
@@ -273,9 +273,10 @@ def _check_views(card: dict) -> None:
     tau = causal.get("tau", 0.01)
     if not _is_number(tau) or not 0 < tau < 1:
         raise ConfigError(f"data.views.causal.tau={tau!r} must be in (0, 1)")
-    nodes = causal.get("max_nodes")
-    if nodes is not None and (isinstance(nodes, bool) or not isinstance(nodes, int) or nodes < 2):
-        raise ConfigError(f"data.views.causal.max_nodes={nodes!r} must be null or an integer >= 2")
+    for key, least in (("max_nodes", 2), ("max_order", 0)):
+        value = causal.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < least):
+            raise ConfigError(f"data.views.causal.{key}={value!r} must be null or an integer >= {least}")
 
 
 ROLE_KEYS = ("protected", "admissible", "outcome", "audit")

@@ -67,6 +67,7 @@ def test_the_view_options(monkeypatch):
 @pytest.mark.parametrize("override,message", [
     ("data.views.enumerable.bins=1", "data.views.enumerable.bins=1 must be auto or an integer >= 2"),
     ("data.views.causal.tau=2", r"data.views.causal.tau=2 must be in \(0, 1\)"),
+    ("data.views.causal.max_order=-1", "data.views.causal.max_order=-1 must be null or an integer >= 0"),
     ("+data.views.shape.x=1", "data.views.shape is not a derived view's options"),
     ("data.levels.race=3", "data.levels="),
 ])
@@ -77,9 +78,12 @@ def test_bad_view_options_are_refused_in_one_line(override, message):
 
 
 def test_a_card_that_declares_the_view_keeps_it():
-    for name in ("compas", "adult_ffpdg") if "adult_ffpdg" in CARDS else ("compas",):
+    """The paper recipes keep their own views (FFPDG's small domains, CFGAN's binarised Adult and its graph)."""
+    for name in ("compas", "adult/xu2023_ffpdg", "compas/xu2023_ffpdg"):
         rc = schema.validate(compose.compose(["algo=ffpdg", f"data={name}"]))
-        assert rc.data.raw["discrete"] == load_card(name)["discrete"] and not rc.data.notes
+        assert rc.data.raw == CARDS[name] and not rc.data.notes and not rc.data.derive
+    rc = schema.validate(compose.compose(["algo=cfgan_te", "data=adult/xu2021_cfgan"]))
+    assert rc.data.raw == CARDS["adult/xu2021_cfgan"] and not rc.data.derive
     rc = schema.validate(compose.compose(["algo=ffpdg", "data=adult"]))
     assert rc.data.raw["discrete"] != load_card("adult")["discrete"] and "enumerable view" in rc.data.notes[0]
 
