@@ -40,7 +40,7 @@ JOBS ?= 1
 reproduce: setup
 	$(BIN)/privfair reproduce all --jobs $(JOBS)
 
-# The regression guard: every experiment's fast subset, re-run fresh and compared with its committed comparison.
+# The exact regression guard: every comparison re-derived from its run record, a sample of recorded runs re-run.
 regress: setup
 	$(BIN)/privfair reproduce all --check
 

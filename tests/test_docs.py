@@ -1,5 +1,6 @@
 """The generated reproduction report (docs/reproduction.md) and the README's summary block equal what
-`privfair_cli.tools.docs` makes of the committed comparisons, so neither can drift from them."""
+`privfair_cli.tools.docs` makes of the committed comparisons and run records, so neither can drift from them; the
+summary counts six verdicts and every published cell once."""
 
 from pathlib import Path
 
@@ -9,7 +10,7 @@ from privfair_cli.tools import docs
 
 ROOT = Path(__file__).resolve().parent.parent
 HEADER = "table,dataset,algorithm,setting,metric,published_mean,published_std,ours_mean,ours_std,deviation," \
-         "tolerance,verdict,reason\n"
+         "tolerance,verdict,reason\n"  # (a comparison written before bound, runs and recorded existed)
 
 
 def test_committed_pages_equal_the_generator_output():
@@ -42,7 +43,7 @@ def test_counts_reasons_and_missing_reasons_are_shown(tmp_path):
     root = _checkout(tmp_path, {"p2020_table1": rows}, gpu_only=("p2020_table9",))
     assert docs.main(["--root", str(root)]) == 0
     page = (root / docs.REPORT).read_text()
-    assert "| Table 1 | 3 | 1 | 1 |  | 1 |" in page and "| Table 2 | 1 |  |  |  | 1 |" in page
+    assert "| Table 1 | 3 | 1 |  | 1 |  | 1 |  |" in page and "| Table 2 | 1 |  |  |  |  | 1 |  |" in page
     assert "**deviates**, 1 cell (x; A; acc): too high" in page
     assert f"**not run**, 1 cell (y; A; acc): {docs.NO_REASON}" in page
     assert "**not run**, 1 cell (y; A; acc): needs a GPU" in page
@@ -50,9 +51,10 @@ def test_counts_reasons_and_missing_reasons_are_shown(tmp_path):
     assert "`without_cuda: skip`" in page
     readme = (root / docs.README).read_text()
     assert readme.startswith("intro\n") and "\nrest\n" in readme and "old" not in readme
-    assert "| other | 2 (1 without a comparison) | 1 | 1 |  | 2 |" in readme
-    assert "| [`p2020_table1`](#p2020_table1) | Table 1, Table 2 | 1 | 1 |  | 2 |" in page
-    assert "no comparison committed" in page
+    assert "| other | 2 (1 without a comparison) | 1 |  | 1 |  | 2 |  | 1 experiment |" in readme
+    assert "| [`p2020_table1`](#p2020_table1) | Table 1, Table 2 | 1 |  | 1 |  | 2 |  | **none** |" in page
+    assert "| no comparison |" in page
+    assert "**No run record yet**" in page and "the regression guard does not cover them" in page
     assert docs.main(["--root", str(root), "--check"]) == 0
 
 
@@ -67,10 +69,32 @@ def test_extra_rows_of_a_published_cell_are_shown_but_counted_once(tmp_path):
                     '    - {label: "{metric} [Sex]", keys: {accuracy: accuracy_sex}}\n')
     assert docs.main(["--root", str(root)]) == 0
     page = (root / docs.REPORT).read_text()
-    assert "| Table 1 | 2 | 1 | 1 |  |  |" in page  # two published cells, not four rows
+    assert "| Table 1 | 2 | 1 |  | 1 |  |  |  |" in page  # two published cells, not four rows
     assert "2 extra rows" in page and "1 match, 1 deviates" in page
     assert "**deviates**, 1 cell (x; A; acc [Sex]): other attribute" in page  # reasons cover every row
-    assert "| other | 1 | 1 | 1 |  |  |" in (root / docs.README).read_text()
+    assert "| other | 1 | 1 |  | 1 |  |  |  | 1 experiment |" in (root / docs.README).read_text()
+
+
+def test_consistent_cells_and_a_run_record_are_shown(tmp_path):
+    from privfair_cli.tools import records
+
+    rows = ("Table 1,A,x,eps=1,acc,0.5,,0.5,0.01,0,0.02,match,,0.02,2,yes\n"
+            "Table 1,A,x,eps=2,acc,0.5,,0.6,0.3,0.1,0.02,consistent,wide spread,0.3,2,yes\n"
+            "Table 1,A,y,eps=1,acc,0.5,,0.9,0.01,0.4,0.02,deviates,kept,0.02,5,no\n")
+    root = _checkout(tmp_path, {"p2020_table1": rows})
+    csv = root / "results" / "reproduce" / "p2020_table1" / "comparison.csv"
+    csv.write_text(csv.read_text().replace("reason\n", "reason,bound,runs,recorded\n", 1))
+    base = {"config_hash": "h", "algo": "x", "data": "a", "eps": 1.0, "delta": 0.0, "overrides": "[]",
+            "device": "cpu", "machine": "cpu x86_64", "threads": 1, "seeds_batched": "", "seconds": 1.0,
+            "commit": "abc", "date": "2026-11-28T07:00Z", "statuses": "", "metric.accuracy": 0.5}
+    records.write(records.frame([base | {"run_id": f"r{s}", "seed": s} for s in (0, 1)]), csv.parent)
+    assert docs.main(["--root", str(root)]) == 0
+    page = (root / docs.REPORT).read_text()
+    assert "| Table 1 | 3 | 1 | 1 | 1 |  |  |  |" in page
+    assert "**consistent**, 1 cell (x; A; acc): wide spread" in page
+    assert "| 2 runs; 1 cells without |" in page
+    assert "Run record: [`runs.csv.gz`]" in page and "2 runs (cpu x86_64: 2), recorded 2026-11-28, commit abc" in page
+    assert "**1 cells have no run behind them in the record**" in page
 
 
 def test_check_fails_when_a_comparison_changes(tmp_path, capsys):
@@ -121,3 +145,7 @@ def test_every_published_cell_is_compared_or_not_comparable_with_a_reason():
         selected |= {(e.spec["published"], i) for i in reproduce.published_cells(pub, e.spec).index}
     assert len(selected) + len(left) == docs.published_total(root)
     assert f"Of the {docs.published_total(root):,} published cells" in (root / docs.REPORT).read_text()
+    # the summary's six columns count every published cell once: the compared ones and the ones in no comparison
+    counted = sum(sum(docs._counts(e.counted).values()) for e in exps)
+    assert counted + len(left) == docs.published_total(root)
+    assert f"**{docs.published_total(root):,}** cells |" in (root / docs.REPORT).read_text()

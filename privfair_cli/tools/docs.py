@@ -10,6 +10,8 @@ Reads every experiment config with a `reproduce:` block (`configs/experiment/*.y
   matched / deviating cells now against the recorded baseline (`results/reproduce/baseline.csv`: the counts per
   experiment and table before the comparisons were last reworked), so a change of how we measure shows its effect;
 - rewrites the block of `README.md` between `START` and `END` with the summary table;
+- rewrites the block of `docs/reproducing.md` between `FLOORS_START` and `FLOORS_END` with the floor table of the
+  verdicts (`verdicts.floor_table`: one row per metric kind, its floor, relative band and why);
 - rewrites the block between `ALGORITHMS_START` and `ALGORITHMS_END` with the algorithm table: one row per
   algorithm module (`registry.ALGORITHM_MODULES`), its task kinds, its algorithms grouped by the guarantee each
   declares, and its family page (the page under `docs/families/` that links the module), or the module itself;
@@ -47,6 +49,9 @@ ALGORITHMS_START = "<!-- algorithms:start -->"
 ALGORITHMS_END = "<!-- algorithms:end -->"
 GUARANTEES_START = "<!-- guarantees:start -->"
 GUARANTEES_END = "<!-- guarantees:end -->"
+FLOORS_START = "<!-- floors:start -->"
+FLOORS_END = "<!-- floors:end -->"
+REPRODUCING = Path("docs") / "reproducing.md"
 PRIVACY = Path("docs") / "privacy.md"
 FAMILIES = Path("docs") / "families"
 REPORT = Path("docs") / "reproduction.md"
@@ -220,7 +225,11 @@ def _mark_repeated(root: Path, exps: list[Experiment]) -> list[Experiment]:
         if e.cells is None or e.spec.get("variant_of"):
             out.append(e)
             continue
-        cells = reproduce.published_cells(pd.read_csv(root / "results" / "published" / e.spec["published"]), e.spec)
+        published = root / "results" / "published" / e.spec["published"]
+        if not published.is_file():
+            out.append(e)
+            continue
+        cells = reproduce.published_cells(pd.read_csv(published), e.spec)
         keys = [(e.spec["published"], i) for i in cells.index]
         repeated = tuple(k for k, key in enumerate(keys) if key in seen) if len(keys) == len(e.primary) else ()
         seen.update(keys)
@@ -322,9 +331,10 @@ def _provenance(e: Experiment) -> str:
     """What stands behind the experiment's numbers: its run record, and the cells it does not give."""
     without = int((e.cells.get("recorded", pd.Series(dtype=str)) == "no").sum())
     if e.record is None or e.record.empty:
-        if not without:
+        numbered = int((e.cells["ours_mean"].astype(str).str.strip() != "").sum())
+        if not numbered:
             return "No run record: no cell has a number."
-        return (f"**No run record yet** (`results/reproduce/{e.name}/{records.FILE}` is absent): the {without} "
+        return (f"**No run record yet** (`results/reproduce/{e.name}/{records.FILE}` is absent): the {numbered} "
                 "numbers of this comparison come from runs made before run records existed and cannot be "
                 "re-derived here (`recorded` = no); the regression guard does not cover them.")
     text = f"Run record: [`{records.FILE}`](../results/reproduce/{e.name}/{records.FILE}), {records.summary(e.record)}."
@@ -580,6 +590,11 @@ def expected(root: Path) -> dict[Path, str]:
     readme = with_block((root / README).read_text(), readme_block(root, exps))
     readme = with_block(readme, algorithm_table(root), ALGORITHMS_START, ALGORITHMS_END)
     pages = {REPORT: report(exps, root), README: readme}
+    if (root / REPRODUCING).is_file():  # the floor table of the verdicts, from the code
+        from privfair_cli.tools.verdicts import floor_table
+
+        pages[REPRODUCING] = with_block((root / REPRODUCING).read_text(),
+                                        f"{FLOORS_START}\n{floor_table()}{FLOORS_END}", FLOORS_START, FLOORS_END)
     if (root / PRIVACY).is_file():  # (a checkout without the privacy page has no table to keep)
         pages[PRIVACY] = with_block((root / PRIVACY).read_text(), guarantee_table(), GUARANTEES_START, GUARANTEES_END)
     return pages
