@@ -71,7 +71,7 @@ class Enumerable:
     bins: int
     cells: int
     budget: int
-    dropped: tuple[str, ...]  # declared attributes that did not fit the budget
+    dropped: tuple[str, ...]  # attributes with a declared domain (those in `keep` if given) that did not fit
     undeclared: tuple[str, ...]  # attributes whose levels the card does not declare
 
     def note(self, name: str) -> str:
@@ -183,7 +183,7 @@ def enumerable_view(card: dict) -> Enumerable | None:
     k = max(k for k in ks if k >= k0 and math.prod(sizes(k)[c][0] for c in kept) <= budget)  # then refine
     sized = sizes(k)
     return Enumerable({c: sized[c][1] for c in order if c in kept}, k, math.prod(sized[c][0] for c in kept), budget,
-                      tuple(c for c in order if c in known and c not in kept), tuple(undeclared))
+                      tuple(c for c in order if c in candidates and c not in kept), tuple(undeclared))
 
 
 def enumerable_card(card: dict) -> tuple[dict, str]:
