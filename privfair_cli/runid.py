@@ -33,9 +33,16 @@ VOLATILE = ("overwrite", "device", "reproduce")
 BOOKKEEPING = (("data", "recipe"),)  # key paths naming where other keys came from
 # key path -> its neutral value (the computation before the key existed); only for keys whose plugins all lacked
 # them before, since a plugin that always had the key would see its runs at that value renamed
-ADDED: dict[tuple[str, ...], float | str] = {
+ADDED: dict[tuple[str, ...], float | str | None] = {
     ("algo", "momentum"): 0.0,  # DP-SGD family: plain SGD step
     ("data", "unlabelled_size"): "auto",  # every card: a card without the key had no pool (auto derives it)
+    # every card: the options of the views derived on demand (datasets/views.py), which no run derived before
+    ("data", "views", "enumerable", "cells"): "auto",
+    ("data", "views", "enumerable", "bins"): "auto",
+    ("data", "views", "enumerable", "keep"): None,
+    ("data", "views", "causal", "tau"): 0.01,
+    ("data", "views", "causal", "max_nodes"): None,
+    ("data", "views", "causal", "max_order"): None,
 }
 EXACT_INT = 2 ** 53  # integers below this are compared as floats without loss
 
@@ -64,12 +71,20 @@ def identity(cfg: DictConfig | dict) -> dict:
         if isinstance(out.get(parent), dict):
             out[parent].pop(key, None)
     for path, neutral in ADDED.items():
-        node = out
+        nodes = [out]  # the blocks along the path
         for part in path[:-1]:
-            node = node.get(part) if isinstance(node, dict) else None
-        value = node.get(path[-1]) if isinstance(node, dict) else None
-        if value is not None and not isinstance(value, bool) and _canonical(value) == _canonical(neutral):
-            del node[path[-1]]
+            nodes.append(nodes[-1].get(part) if isinstance(nodes[-1], dict) else None)
+        node = nodes[-1]
+        if not isinstance(node, dict) or path[-1] not in node:
+            continue
+        value = node[path[-1]]
+        if isinstance(value, bool) or (value is None) != (neutral is None) or _canonical(value) != _canonical(neutral):
+            continue
+        del node[path[-1]]
+        for depth in range(len(path) - 1, 1, -1):  # a block the deletion left empty goes too (`views: {}`)
+            if nodes[depth]:
+                break
+            del nodes[depth - 1][path[depth - 1]]
     return out
 
 

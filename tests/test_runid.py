@@ -29,3 +29,15 @@ def test_the_neutral_rule_needs_the_whole_path():
     a = OmegaConf.create({"algo": {"name": "x"}, "momentum": 0})
     b = OmegaConf.create({"algo": {"name": "x"}})
     assert runid.short_id(a) != runid.short_id(b)
+
+
+def test_options_added_to_every_card_at_their_defaults_leave_the_identity_as_before_them():
+    before = OmegaConf.create({"algo": {"name": "lr"}, "data": {"name": "compas", "n": None}, "eps": 1, "seed": 0})
+    views = {"enumerable": {"cells": "auto", "bins": "auto", "keep": None},
+             "causal": {"tau": 0.01, "max_nodes": None, "max_order": None}}
+    after = OmegaConf.merge(before, {"data": {"views": views}})
+    assert runid.identity(after) == runid.identity(before)  # the emptied `views` block goes too
+    assert runid.short_id(after) == runid.short_id(before)
+    other = OmegaConf.merge(after, {"data": {"views": {"causal": {"max_nodes": 12}}}})
+    assert runid.differences(runid.identity(before), runid.identity(other)) == ["data.views: <absent> -> "
+                                                                               "{'causal': {'max_nodes': 12.0}}"]
