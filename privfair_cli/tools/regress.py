@@ -53,6 +53,7 @@ class Outcome:
     touched: int = 0  # of them read at least one re-run run
     seconds: float = 0.0
     note: str = ""  # why nothing was re-run
+    renamed: list[str] = field(default_factory=list)  # re-run runs whose config identity hash changed
 
     @property
     def ok(self) -> bool:
@@ -131,12 +132,14 @@ def rederive(name: str, spec: dict, root: Path) -> list[str]:
     return []
 
 
-def rerun(name: str, record: pd.DataFrame, chosen: list[int], sweep: Path) -> list[str]:
-    """Check 2: run the chosen recorded runs again into `sweep` and compare every recorded metric."""
+def rerun(name: str, record: pd.DataFrame, chosen: list[int], sweep: Path) -> tuple[list[str], list[str]]:
+    """Check 2: run the chosen recorded runs again into `sweep` and compare every recorded metric. Returns the
+    failures, and the runs whose config identity hash changed (a note: their metrics are compared all the same; a
+    default added at its neutral value changes no number, a real change of the config shows in them)."""
     from privfair_cli.compose import job_config
     from privfair_cli.tools.sweep import run_dir_of, run_task
 
-    failures = []
+    failures, renamed = [], []
     metrics = [c for c in records.metric_columns(record) if not TIMING.search(c.removeprefix("metric."))]
     done: set[int] = set()
     for i in chosen:
@@ -152,10 +155,8 @@ def rerun(name: str, record: pd.DataFrame, chosen: list[int], sweep: Path) -> li
                 continue
             run_dir = run_dir_of(sweep, job_config(job), job)
             if run_dir.relative_to(sweep).as_posix() != run_id:
-                failures.append(f"{run_id}: the same overrides now give the run "
-                                f"{run_dir.relative_to(sweep).as_posix()} (its config changed)")
-                continue
-            rec, why = results.read_record(run_dir)
+                renamed.append(f"{run_id} -> {run_dir.relative_to(sweep).as_posix()}")
+            rec, _ = results.read_record(run_dir)
             fresh = (rec or {}).get("metrics", {})
             for column in metrics:
                 key = column.removeprefix("metric.")
@@ -165,7 +166,7 @@ def rerun(name: str, record: pd.DataFrame, chosen: list[int], sweep: Path) -> li
                                         f"longer reports it")
                 elif not same(record.at[j, column], fresh[key]):
                     failures.append(f"{run_id}: {key} = {fresh[key]!r}, recorded {record.at[j, column]!r}")
-    return failures
+    return failures, renamed
 
 
 def check(name: str, budget: float = BUDGET) -> Outcome:
@@ -190,7 +191,8 @@ def check(name: str, budget: float = BUDGET) -> Outcome:
     chosen = sample(record, used, budget)
     sweep = rp.RESULTS_ROOT / "reproduce" / name / "subsets" / "guard" / "runs"
     shutil.rmtree(sweep, ignore_errors=True)  # a fresh run: nothing of an earlier version is reused
-    outcome.failures += rerun(name, record, chosen, sweep)
+    failures, outcome.renamed = rerun(name, record, chosen, sweep)
+    outcome.failures += failures
     outcome.rerun = len(chosen)
     touched = [bool(rows & set(chosen)) for rows in used]
     outcome.touched = int(sum(t for t, v in zip(touched, comparison["verdict"], strict=True) if v in COMPARED))
@@ -206,7 +208,10 @@ def summary(outcomes: list[Outcome]) -> str:
         if o.recorded:
             state += (f": {o.rerun} of {o.recorded} recorded runs re-run"
                       + (f" ({o.cuda} CUDA runs out of the exact check)" if o.cuda else "")
-                      + f", {o.touched} of {o.cells} compared cells touched, {o.seconds:.0f} s")
+                      + f", {o.touched} of {o.cells} compared cells touched, {o.seconds:.0f} s"
+                      + (f"; {len(o.renamed)} re-run runs have another config hash now (identity changed, numbers "
+                         f"compared all the same; re-record to update: `privfair reproduce {o.name}`)"
+                         if o.renamed else ""))
         else:
             state += f": {o.note}"
         lines.append(f"{o.name}: {state}")
