@@ -76,7 +76,7 @@ import torch.nn.functional as F
 
 from privfair_cli.algorithms import gan
 from privfair_cli.errors import DataError
-from privfair_cli.registry import Plugin, register, variants
+from privfair_cli.registry import ONEHOT_WIDTH, Plugin, register, variants
 from privfair_cli.threads import torch_threads
 from privfair_cli.typed import bounds
 
@@ -116,7 +116,7 @@ class FairGANConfig(gan.FairGANKeys):
 
 
 # ---------------------------------------------------------------------------------------------- encoding
-MAX_WIDTH = 10_000  # one-hot columns of a record (Adult's 57 in the seed); wider views are refused, not trained
+MAX_WIDTH = ONEHOT_WIDTH  # one-hot columns of a record (Adult's 57 in the seed); wider views are refused, not trained
 @dataclass
 class Encoding:
     """The one-hot x of the discrete view's attributes (all but sensitive and label) and the codes of s and y."""
@@ -396,7 +396,7 @@ class FairGANGenerator(Plugin):
 
     kind = "generator"
     metric_sets = ("fair_data",)
-    needs = ("discrete", "sensitive", "binary_label")
+    needs = ("discrete", "sensitive", "binary_label", "onehot")
     private = False
     guarantee = "none"
     cuda = True

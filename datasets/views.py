@@ -40,6 +40,12 @@ causal graph learned from the rows, for a card without a `causal_graph:` block.
 These choices read the rows (the thresholds, the most common levels, the graph): the view is not private, and is
 given only to algorithms that are not (the CFGAN family's guarantee is `none`); the run's warnings say that the
 graph was learned, not given, and list its edges.
+
+`onehot` (the FairGAN family: `onehot_view`, after the split): a discrete view whose one-hot record is at most
+registry.ONEHOT_WIDTH columns wide. A card whose declared levels and bins fit provides it; otherwise the widest
+attributes of the loaded view (KDD's instance weight, 123,232 levels) are left out until it fits, the card's own
+discrete view unchanged for every other algorithm. The widths of undeclared attributes are read off the rows, so it
+too is given only to non-private algorithms; a view that already fits is left as it is.
 """
 
 from __future__ import annotations
@@ -200,6 +206,55 @@ def enumerable_card(card: dict) -> tuple[dict, str]:
         roles["outcome"] = [card["label"]]
     roles = {k: v for k, v in roles.items() if v}
     return card | {"discrete": view.spec, "roles": roles, "discrete_max_codes": None}, view.note(card.get("name"))
+
+
+# ---------------------------------------------------------------------------------------------- one-hot width
+def declared_width(card: dict) -> int | None:
+    """The one-hot width of the card's discrete view (every attribute but the sensitive one and the label) from its
+    keys (`levels`, `bins`, `one_of`), or None when an attribute takes its levels from the rows."""
+    from privfair_cli.datasets import discrete_spec
+
+    width = 0
+    for col, how in discrete_spec(card).items():
+        how = how or {}
+        if col in (card.get("sensitive"), card.get("label")):
+            continue
+        if how.get("levels"):
+            width += len(how["levels"])
+        elif how.get("bins"):
+            width += len(how["bins"]) - 1
+        elif how.get("one_of") is not None:
+            width += 2
+        else:
+            return None
+    return width
+
+
+def onehot_view(train, test, card: dict):
+    """(train, test, note or None): the discrete view without its widest attributes (never the sensitive one or the
+    label) until the one-hot record is at most registry.ONEHOT_WIDTH columns wide; the widths are the loaded levels
+    (read off the rows where the card declares none), so only non-private algorithms get it. The tables as they are
+    when they fit."""
+    from privfair_cli.registry import ONEHOT_WIDTH
+
+    keep = {card.get("sensitive"), card.get("label")}
+    sizes = {c: int(k) for c, k in train.domain.items() if c not in keep}
+    dropped = []
+    for col in sorted(sizes, key=lambda c: -sizes[c]):
+        if sum(sizes.values()) <= ONEHOT_WIDTH:
+            break
+        dropped.append(col)
+        sizes.pop(col)
+    if not dropped:
+        return train, test, None
+    cut = [type(t)(**{**t.__dict__, "frame": t.frame.drop(columns=dropped),
+                      "domain": {c: k for c, k in t.domain.items() if c not in dropped},
+                      "roles": {r: [c for c in v if c not in dropped] for r, v in t.roles.items()}})
+           for t in ([train] if test is train else [train, test])]
+    note = (f"data={card.get('name')}: its discrete view's one-hot record would exceed {ONEHOT_WIDTH:,} columns: "
+            f"left out {', '.join(f'{c} ({train.domain[c]:,} levels)' for c in dropped)} (their level counts read "
+            f"off the rows; this algorithm is not private)")
+    return cut[0], cut[-1], note
 
 
 # ---------------------------------------------------------------------------------------------- causal graph

@@ -20,6 +20,7 @@ ALGORITHM_MODULES = ("logistic", "functional", "prefair", "causal", "dpne", "fes
 GUARANTEES = ("eps-DP", "(eps,delta)-DP", "zCDP", "heuristic", "none")
 
 ENUMERABLE_CELLS = 100_000  # the largest discrete domain the `enumerable` view admits (card keys alone)
+ONEHOT_WIDTH = 10_000  # the widest one-hot record the `onehot` view admits (FairGAN family; Adult's is 57)
 
 # What a plugin may need from a dataset (its `needs`), and the card keys that provide each (schema.card_views
 # derives a card's views from its keys without reading data; the run refuses a pair before loading anything).
@@ -41,6 +42,9 @@ VIEWS = {
     "enumerable": (f"a discrete view of at most {ENUMERABLE_CELLS:,} cells (FairMaxEnt, RON-Gauss, LapMech)",
                    "`discrete`: `levels` or `bins` for every attribute, their product at most that; else derived from "
                    "the declared bounds and levels (`levels`, `views.enumerable`)"),
+    "onehot": (f"a discrete view whose one-hot record (every attribute but s and y) is at most {ONEHOT_WIDTH:,} "
+               "columns wide (FairGAN family)", "`discrete`: `levels` or `bins` for every attribute, their codes "
+               "summing to at most that; else derived for a non-private algorithm (the widest attributes dropped)"),
     "causal_graph": ("a causal graph over binary nodes", "`loader: causal_tables` with a `causal_graph:` block; else "
                      "derived for a non-private algorithm (binarised nodes, graph learned by PC: `views.causal`)"),
     "tokens": ("bags of token ids with mean-pooling weights (text)", "`loader: imdb`"),

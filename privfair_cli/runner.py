@@ -169,11 +169,13 @@ def prepare(card: schema.DataCard, seed: int, log=print) -> Prepared:
     else:
         train, test = data_lib.split(table, card.test_size, rng["split"], card.unlabelled_size)
     notes = list(card.notes)
-    if "causal_graph" in card.derive:
+    if card.derive:
         from privfair_cli.datasets import views
 
-        train, test, note = views.causal_view(train, test, card.raw)
-        notes.append(note)
+        for view in card.derive:
+            train, test, note = {"causal_graph": views.causal_view, "onehot": views.onehot_view}[view](
+                train, test, card.raw)
+            notes += [note] if note else []
     return Prepared(rng, table, train, test, notes)
 
 

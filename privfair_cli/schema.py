@@ -326,6 +326,8 @@ def derivable_views(card: dict, declared: set[str]) -> set[str]:
         out.add("enumerable")
     if {"discrete", "binary_label", "sensitive"} <= declared and "causal_graph" not in declared:
         out.add("causal_graph")
+    if "discrete" in declared and "onehot" not in declared:
+        out.add("onehot")
     return out
 
 
@@ -348,6 +350,9 @@ def declared_views(card: dict) -> set[str]:
         size = data_lib.declared_domain_size(card)
         if size is not None and size <= registry.ENUMERABLE_CELLS:
             views.add("enumerable")
+        width = views_lib.declared_width(card)
+        if width is not None and width <= registry.ONEHOT_WIDTH:
+            views.add("onehot")
     roles = card.get("roles") or {}
     if "discrete" in views and all(roles.get(k) for k in ("protected", "admissible", "outcome")):
         views.add("roles")
@@ -392,11 +397,14 @@ def derive_views(algo: str, plugin: type, params: Any, card: DataCard) -> DataCa
         raw, note = views_lib.enumerable_card(raw)
         validate_card(raw)
         notes.append(note)
-    if "causal_graph" in wanted:
-        if plugin.private:
-            raise ConfigError(f"algo={algo} cannot run on data={card.name}: the causal view is learned from the rows "
-                              f"(not private) and algo={algo} is private; declare `causal_graph:` in the card")
-        derive.append("causal_graph")
+    for view, what, keys in (("causal_graph", "the causal view is learned from the rows", "`causal_graph:`"),
+                             ("onehot", "the narrower one-hot view counts levels on the rows",
+                              "`levels` or `bins` for every attribute of `discrete:`")):
+        if view in wanted:
+            if plugin.private:
+                raise ConfigError(f"algo={algo} cannot run on data={card.name}: {what} (not private) and algo={algo} "
+                                  f"is private; declare {keys} in the card")
+            derive.append(view)
     return replace(card, raw=raw, notes=tuple(notes), derive=tuple(derive)) if wanted else card
 
 

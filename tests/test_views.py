@@ -124,3 +124,32 @@ def test_a_derived_view_is_said_in_the_result(tmp_path, monkeypatch):
         cfg.data = OmegaConf.create(bare_credit_card())
     record = runner.run(cfg, tmp_path / "run", log=lambda *_: None)
     assert record["guarantee"] == "none" and any("learned, not given" in w for w in record["warnings"])
+
+
+def test_the_onehot_view_leaves_out_only_what_is_too_wide(monkeypatch):
+    """KDD's instance weight (123,232 levels) is left out for the FairGAN family, the widest first; a view that
+    fits is left as it is; a private algorithm is never given the view (it counts levels on the rows)."""
+    import pandas as pd
+
+    from privfair_cli.datasets import Table
+
+    monkeypatch.setattr(registry, "ONEHOT_WIDTH", 100)
+    frame = pd.DataFrame({"wide": np.arange(6), "mid": [0, 1, 2, 0, 1, 2], "s": [0, 1] * 3, "y": [1, 0] * 3})
+    t = Table("toy", np.zeros((6, 0)), frame["y"].to_numpy(), frame["s"].to_numpy(), [], frame,
+              {"wide": 500, "mid": 3, "s": 2, "y": 2}, {"admissible": ["wide", "mid"]}, {})
+    card = {"name": "toy", "sensitive": "s", "label": "y"}
+    train, test, note = views.onehot_view(t, t, card)
+    assert list(train.frame.columns) == ["mid", "s", "y"] and "wide" not in train.domain and test is train
+    assert train.roles == {"admissible": ["mid"]} and "wide (500 levels)" in note
+    assert views.onehot_view(train, train, card) == (train, train, None)
+
+    class Private(registry.Plugin):
+        name, kind, private = "private_wide", "generator", True
+        needs = ("onehot",)
+
+    kdd = schema.validate_card(load_card("kdd"))
+    assert "onehot" not in schema.declared_views(kdd.raw) and "onehot" in schema.card_views(kdd.raw)
+    with pytest.raises(ConfigError, match="counts levels on the rows"):
+        schema.derive_views("private_wide", Private, {}, kdd)
+    assert schema.derive_views("fairgan", PLUGINS["fairgan"], registry.defaults("fairgan"), kdd).derive == \
+        ("onehot",)
