@@ -69,7 +69,7 @@ def test_reproduce_subset(tmp_path):
     assert list(comp.columns)[:12] == ["table", "dataset", "algorithm", "setting", "metric", "published_mean",
                                        "published_std", "ours_mean", "ours_std", "deviation", "tolerance", "verdict"]
     adult = comp[(comp.dataset == "Adult") & (comp.algorithm == "lr")]
-    assert set(adult.verdict) <= {"match", "deviates"}
+    assert set(adult.verdict) <= {"match", "consistent", "deviates"}
     acc = adult[adult.metric == "accuracy"].iloc[0]
     assert abs(acc.ours_mean - acc.published_mean) < 0.03  # plain LR on Adult is close to the published 0.838
 
