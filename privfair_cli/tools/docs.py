@@ -334,9 +334,10 @@ def _provenance(e: Experiment) -> str:
         numbered = int((e.cells["ours_mean"].astype(str).str.strip() != "").sum())
         if not numbered:
             return "No run record: no cell has a number."
-        return (f"**No run record yet** (`results/reproduce/{e.name}/{records.FILE}` is absent): the {numbered} "
-                "numbers of this comparison come from runs made before run records existed and cannot be "
-                "re-derived here (`recorded` = no); the regression guard does not cover them.")
+        return (f"**No run record yet** (`results/reproduce/{e.name}/{records.FILE}` is absent): the "
+                + (f"{numbered} numbers" if numbered > 1 else "number") + " of this comparison come"
+                + "s" * (numbered == 1) + " from runs made before run records existed and cannot be re-derived "
+                "here (`recorded` = no); the regression guard does not cover them.")
     text = f"Run record: [`{records.FILE}`](../results/reproduce/{e.name}/{records.FILE}), {records.summary(e.record)}."
     if without:
         text += (f" **{without} cells have no run behind them in the record** (`recorded` = no): their numbers come "
