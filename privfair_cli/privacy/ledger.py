@@ -35,6 +35,9 @@ ACCOUNTANTS = ("basic", "zcdp", "rdp")
 RDP_CONVERSIONS = ("classic", "balle2020")
 INF_JSON = sys.float_info.max  # how eps = inf is written to metrics.json (1.7976931348623157e308)
 _SLACK = 1e-9
+# Callables (ledger, entry) told of every accepted entry, in order: how `privfair audit`'s white-box checks pair
+# each noise draw with the entry that pays for it. Empty outside an audit, so a run pays one empty loop per entry.
+OBSERVERS: list = []
 
 
 def to_json(value: float) -> float:
@@ -155,6 +158,8 @@ class PrivacyLedger:
             )
         self.entries.append(entry)
         self._totals = totals
+        for observe in OBSERVERS:
+            observe(self, entry)
 
     def _over(self, eps: float, delta: float) -> bool:
         return eps > self.budget.eps * (1 + _SLACK) + 1e-12 or delta > self.budget.delta * (1 + _SLACK) + 1e-15

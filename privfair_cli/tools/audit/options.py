@@ -16,6 +16,8 @@ OPTIONS = {  # audit.<key>: (default, what is allowed)
     "view": ("auto", "auto | release | output: what the distinguishing test reads (privfair_cli.tools.audit)"),
     "canaries": (1000, "an integer >= 10: canaries of the one-run audit"),
     "guess_fraction": (0.1, "a number in (0, 0.5]: share of canaries guessed in (and out) by the one-run audit"),
+    "whitebox": ("on", "on | off: the white-box release checks (privfair_cli.tools.audit.whitebox) beside the test"),
+    "whitebox_fits": (10, "an integer >= 1: traced fits whose draws the calibration check pools"),
     "seed": (0, "an integer >= 0"),
     "out": ("", "a folder for audit.json and histogram.png (default results/audit/<algo>/<data>/eps=<eps>)"),
 }
@@ -53,15 +55,15 @@ def _typed(key: str, value: str):
         if not value:
             raise bad
         return value
-    if key in ("canary", "mode", "view"):
-        if value not in {"canary": CANARIES, "mode": MODES, "view": VIEWS}[key]:
+    if key in ("canary", "mode", "view", "whitebox"):
+        if value not in {"canary": CANARIES, "mode": MODES, "view": VIEWS, "whitebox": ("on", "off")}[key]:
             raise bad
         return value
     try:
         v = float(value) if key in ("confidence", "guess_fraction") else int(value)
     except ValueError:
         raise bad from None
-    ok = {"trials": v >= 20, "rows": v >= 20, "canaries": v >= 10, "seed": v >= 0, "confidence": 0 < v < 1,
+    ok = {"trials": v >= 20, "rows": v >= 20, "canaries": v >= 10, "seed": v >= 0, "whitebox_fits": v >= 1, "confidence": 0 < v < 1,
           "guess_fraction": 0 < v <= 0.5}[key]
     if not ok or (isinstance(v, float) and not math.isfinite(v)):
         raise bad

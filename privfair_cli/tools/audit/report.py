@@ -4,6 +4,7 @@ two distributions of the statistic, under `results/audit/<algo>/<data>/eps=<eps>
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -55,12 +56,32 @@ def write(rep: Report, out: Path) -> Path:
                           out / "histogram.png", title=line(rep),
                           labels=("canary out", "canary in") if rep.mode == "one_run" else ("D", "D + canary"))
     tmp = out / "audit.json.tmp"
-    tmp.write_text(json.dumps(record, indent=2) + "\n")
+    tmp.write_text(json.dumps(finite(record), indent=2) + "\n")
     tmp.replace(out / "audit.json")
     return out
 
 
 def line(rep: Report) -> str:
+    """The audit's verdict in one line, then one line per failed white-box check."""
     claim = f"eps={rep.eps_claimed:.4g}" + (f", delta={rep.delta_claimed:.3g}" if rep.delta_claimed else "")
+    checks = rep.details.get("whitebox") or []
+    failed = [c for c in checks if c["verdict"] == "fail"]
+    wb = (f"; white-box: {len(checks) - len(failed)} of {len(checks)} checks pass" if checks else "")
     return (f"{rep.algo} on {rep.data}: empirical eps >= {rep.eps_lb:.3f} at {rep.confidence:.0%} confidence "
-            f"({rep.mode}); claimed {claim} ({rep.guarantee}): {rep.verdict.upper()}")
+            f"({rep.mode}){wb}; claimed {claim} ({rep.guarantee}): {rep.verdict.upper()}"
+            + "".join(f"\n  {c['name']}: FAIL: {c['detail']}" for c in failed))
+
+
+def finite(value):
+    """`value` with every float JSON cannot hold (inf, nan) made a number or None, recursively."""
+    from privfair_cli.privacy import to_json
+
+    if isinstance(value, dict):
+        return {k: finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [finite(v) for v in value]
+    if isinstance(value, float | np.floating):
+        return None if math.isnan(value) else to_json(float(value))
+    if isinstance(value, np.integer):
+        return int(value)
+    return value

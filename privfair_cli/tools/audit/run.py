@@ -1,9 +1,11 @@
 """One audit: a configuration through the check its `audit.mode` names (`auto`: the one-run test for a classifier
-under the `rdp` accountant, else the distinguishing test), timed."""
+under the `rdp` accountant, else the distinguishing test) and, with `audit.whitebox=on` (the default), the white-box
+release checks (`whitebox`, `sgd`); a failed white-box check fails the audit whatever the bound. Timed."""
 
 from __future__ import annotations
 
 import time
+from dataclasses import asdict
 from collections.abc import Callable
 
 from privfair_cli.errors import ConfigError
@@ -12,6 +14,7 @@ from privfair_cli.tools.audit.fitting import setup
 from privfair_cli.tools.audit.one_run import one_run
 from privfair_cli.tools.audit.options import defaults
 from privfair_cli.tools.audit.report import Report
+from privfair_cli.tools.audit.whitebox import whitebox
 
 CHECKS = {"distinguish": distinguishing, "one_run": one_run}
 
@@ -27,6 +30,12 @@ def audit(overrides: list[str], opts: dict | None = None, progress: Callable[[st
     if mode == "one_run" and s.cls.kind != "classifier":
         raise ConfigError(f"audit.mode=one_run scores canaries by a classifier's loss; algo={s.rc.algo} is a "
                           f"{s.cls.kind}: use audit.mode=distinguish")
-    rep = CHECKS[mode](s, opts, progress or (lambda _m: None))
+    progress = progress or (lambda _m: None)
+    rep = CHECKS[mode](s, opts, progress)
+    if opts["whitebox"] == "on":
+        checks = whitebox(s, opts, progress)
+        rep.details["whitebox"] = [asdict(c) for c in checks]
+        if any(c.failed for c in checks):
+            rep.verdict = "fail"
     rep.seconds = time.perf_counter() - t0
     return rep

@@ -1,0 +1,521 @@
+"""White-box release checks (issue 46): what the ledger says about each release against what the fit did.
+
+Every noisy release of a plugin goes through `privfair_cli.privacy`: a ledger entry (`spend_*`) and a draw of the
+noise source (`add_laplace`, `add_gaussian`, `select`). An audited fit runs with a `Trace` (the release view's
+recording noise source) while the ledger tells it of every entry (`ledger.OBSERVERS`), so the trace holds, in
+order, every entry and every draw with its value before noise, its scale and its output. Four checks read it, none
+of them sampling where a deterministic check exists:
+
+- `ledger`: every draw is paid for. The draws between two entries form one release (a release may be drawn in
+  chunks, all of one kind and one scale); a second release with no entry between it and the previous one, or a
+  release mixing kinds or scales, is a release outside the ledger.
+- `accounting`: the ledger's (eps, delta) against an independent composition of its entries with dp-accounting's
+  PLD and RDP accountants (Laplace releases as `LaplaceDpEvent`, zCDP ones as `ZCDpEvent` or, for the Gaussian,
+  `GaussianDpEvent`, DP-SGD's curves as `PoissonSampledDpEvent`s) and the plain sum of the entries' eps and delta
+  (basic composition, valid for every entry): the claim must be at least the smallest of those valid bounds.
+- `calibration`: the scale each draw used is at least the scale its entry implies (Laplace: sensitivity / eps;
+  classic and analytic Gaussian: their sigma at (eps, delta); zCDP Gaussian: sensitivity / sqrt(2 rho)), and the
+  noise actually added has the claimed distribution: the probability integral transforms of all draws of
+  `audit.whitebox_fits` fits under the claimed Laplace, Gaussian or exponential-mechanism law (randomised for the
+  selections) are tested for uniformity (Kolmogorov-Smirnov, p < `PVALUE`: fail).
+- `sensitivity`: each release's value before noise on D and on adversarial neighbours: canary records at corners
+  of the card's declared bounds (all features 0 or 1, a few one-hot, random corners; each label and group; the
+  rarest, the commonest and random codes of the discrete attributes) added, and records of D removed; for an
+  algorithm whose sensitivities are stated for replace-one neighbours (`REPLACE_ONE`), also pairs of corner
+  records in the place of one removed row. The neighbour's fit is replayed with the same seeded noise and forced
+  to the same outputs (`replay`), so its releases are the same queries on the neighbour. The largest change, in
+  the norm of the entry's mechanism (L1 Laplace, L2 Gaussian, the scores of an exponential mechanism through
+  its logits), must not exceed the declared sensitivity; a per-coordinate (heterogeneous) release is held to
+  its privacy loss, sum_j |change_j| / scale_j <= eps (Laplace) or the exact delta of the Gaussian at the
+  observed change <= its delta. A failure prints the neighbour.
+
+DP-SGD's releases are its noisy gradients, drawn with torch inside the trainer: `sgd` checks them separately.
+A pass shows that on the audited data and neighbours the code did what the ledger says; it does not prove the
+declared sensitivity is a bound over all neighbours (the search is over the neighbours listed), nor that noise
+drawn outside privfair's samplers is right (such releases are reported as not observed).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+from scipy import stats
+
+from privfair_cli.errors import PrivfairError
+from privfair_cli.privacy import ledger as ledger_mod
+from privfair_cli.privacy import mechanisms
+from privfair_cli.tools.audit.canaries import with_records
+from privfair_cli.tools.audit.fitting import Setup, fit
+from privfair_cli.tools.audit.replay import Diverged, Recording
+
+PVALUE = 1e-6  # a goodness-of-fit test fails below this p-value: one false alarm in a million audits
+REL_TOL = 1e-6  # a scale or sensitivity within this relative tolerance of its bound passes (float rounding)
+ACCOUNTING_TOL = 0.01  # the claim may sit this fraction below an independent bound (discretisation of the PLD)
+MAX_PIT = 200_000  # probability integral transforms kept per family (a random subset beyond)
+# Algorithms whose sensitivities are stated for replace-one neighbours (the functional mechanism's coefficient
+# bounds, pflr.md §1.4, pdfc.md §2.4-2.5): their sensitivity search also replaces a row by a corner record.
+REPLACE_ONE = frozenset({"privlr", "pflr", "pflr_star", "pdfc", "adfc", "relaxed_fm"})
+LAPLACE_ENTRIES = ("laplace", "correlated_laplace", "laplace_empirical_sensitivity")
+
+
+@dataclass
+class Check:
+    """One white-box check's result: `pass`, `fail` or `skipped` (nothing to check), what it found."""
+
+    name: str
+    verdict: str
+    detail: str
+    figures: dict = field(default_factory=dict)
+
+    @property
+    def failed(self) -> bool:
+        return self.verdict == "fail"
+
+
+class Trace(Recording):
+    """The release view's recording noise source that also keeps, in order, the ledger entries the fit makes:
+    `events` holds ("spend", entry) and ("draw", k) with k the index of the draw in `log`."""
+
+    def __init__(self, seed, replay=None):
+        super().__init__(seed, replay)
+        self.events: list[tuple] = []
+
+    def _add(self, value, scale, kind):
+        out = super()._add(value, scale, kind)
+        self.events.append(("draw", len(self.log) - 1))
+        return out
+
+    def select(self, logits):
+        i = super().select(logits)
+        self.events.append(("draw", len(self.log) - 1))
+        return i
+
+
+@contextlib.contextmanager
+def observing(trace: Trace):
+    """Within the block, every ledger entry is appended to `trace.events`."""
+    def observe(_ledger, entry):
+        trace.events.append(("spend", entry))
+
+    ledger_mod.OBSERVERS.append(observe)
+    try:
+        yield trace
+    finally:
+        ledger_mod.OBSERVERS.remove(observe)
+
+
+def traced_fit(s: Setup, table, key: tuple, replay=None):
+    """The plugin's own fit on `table` with a `Trace` seeded by `key` (replaying `replay`'s outputs if given)."""
+    trace = Trace(key, replay)
+    with observing(trace):
+        plugin, ledger = fit(s, table, key, trace)
+    return plugin, ledger, trace
+
+
+# ------------------------------------------------------------------------------------------ releases
+@dataclass
+class Release:
+    """The draws (indices into the trace's log) between two ledger entries, and the entry that pays for them."""
+
+    entry: object | None
+    draws: list[int]
+
+
+def releases(trace: Trace) -> tuple[list[Release], list[str]]:
+    """The trace's releases, each with its entry, and the problems found (draws with no entry of their own)."""
+    out, problems = [], []
+    pending, current, prev_was_draw = None, None, False
+    unpaid = []  # releases drawn before any entry: paid by the next entry (PATE-GAN spends after its votes)
+    for ev in trace.events:
+        if ev[0] == "spend":
+            pending = ev[1]
+            if unpaid:
+                for rel in unpaid:
+                    rel.entry = pending
+                unpaid, pending = [], None
+            prev_was_draw = False
+            continue
+        k = ev[1]
+        if prev_was_draw and current is not None:
+            current.draws.append(k)
+            continue
+        current = Release(pending, [k])
+        if pending is None:
+            if out and out[-1].entry is not None:
+                problems.append(f"draw {k} ({trace.log[k][0]}) has no ledger entry of its own: a release outside "
+                                f"the ledger")
+            else:
+                unpaid.append(current)
+        out.append(current)
+        pending, prev_was_draw = None, True
+    for rel in unpaid:
+        problems.append(f"draw {rel.draws[0]} ({trace.log[rel.draws[0]][0]}) is never paid for by a ledger entry")
+    for rel in out:
+        kinds = {trace.log[k][0] for k in rel.draws}
+        scales = {float(np.unique(trace.log[k][2])[0]) for k in rel.draws
+                  if trace.log[k][2] is not None and np.unique(trace.log[k][2]).size == 1}
+        if len(kinds) > 1 or len(scales) > 1:
+            problems.append(f"draws {rel.draws[0]}..{rel.draws[-1]} mix {sorted(kinds)} noise of scales "
+                            f"{sorted(scales)} under one entry ({rel.entry.mechanism if rel.entry else '-'}): "
+                            "a release outside the ledger")
+    return out, problems
+
+
+def implied_scale(entry) -> float | None:
+    """The noise scale (Laplace b, Gaussian sigma) the entry's (eps, delta, rho) and sensitivity imply, or None."""
+    sens, name = entry.sensitivity, entry.mechanism
+    if sens is None or name.endswith("heterogeneous"):
+        return None
+    if name in LAPLACE_ENTRIES and entry.eps > 0:
+        return sens / entry.eps
+    if name == "gaussian_classic":
+        return mechanisms.gaussian_sigma_classic(sens, entry.eps, entry.delta)
+    if name == "gaussian_analytic":
+        return mechanisms.gaussian_sigma_analytic(sens, entry.eps, entry.delta)
+    if name == "gaussian" and entry.rho:
+        return sens / math.sqrt(2 * entry.rho)
+    return None
+
+
+def selection_eps(entry) -> float:
+    """The eps of an exponential-mechanism entry: its own (pure), or sqrt(8 rho) (bounded range, zCDP)."""
+    return entry.eps if entry.rho is None else math.sqrt(8 * entry.rho)
+
+
+# ------------------------------------------------------------------------------------------ the checks
+def check_ledger(traces: list[Trace]) -> Check:
+    problems, n_rel, n_draws = [], 0, 0
+    for trace in traces:
+        rels, p = releases(trace)
+        problems += p
+        n_rel += len(rels)
+        n_draws += len(trace.log)
+    if not n_draws:
+        return Check("ledger", "skipped", "no draw through privfair's noise source (noise drawn elsewhere)")
+    if problems:
+        return Check("ledger", "fail", problems[0] + (f" (and {len(problems) - 1} more)" if len(problems) > 1
+                                                      else ""), {"problems": len(problems)})
+    return Check("ledger", "pass", f"{n_draws} draws in {n_rel} releases, each paid for by a ledger entry",
+                 {"releases": n_rel, "draws": n_draws})
+
+
+def independent_eps(ledger) -> dict:
+    """(eps at the ledger's delta) of the entries composed by dp-accounting's PLD and RDP accountants and by the
+    plain sum (basic composition); an accountant that cannot represent some entry is left out."""
+    from dp_accounting import (
+        ComposedDpEvent,
+        GaussianDpEvent,
+        LaplaceDpEvent,
+        PoissonSampledDpEvent,
+        SelfComposedDpEvent,
+        ZCDpEvent,
+    )
+    import logging
+
+    from dp_accounting.pld import PLDAccountant
+    from dp_accounting.rdp import RdpAccountant
+
+    logging.getLogger("absl").setLevel(logging.ERROR)  # dp-accounting's notes on orders it leaves out
+    spent_eps, spent_delta = ledger.spent()
+    delta = spent_delta if ledger.accountant == "basic" else ledger.budget.delta
+    pld_events, rdp_events, total_eps, total_delta = [], [], 0.0, 0.0
+    for e in ledger.entries:
+        if e.rdp is not None:  # DP-SGD's steps: the subsampled Gaussian it states in `extra`
+            x = e.extra
+            if e.mechanism != "subsampled_gaussian" or x.get("sampling", "poisson") != "poisson" or "q" not in x:
+                pld_events = rdp_events = None
+                total_eps = math.inf
+                break
+            ev = SelfComposedDpEvent(PoissonSampledDpEvent(x["q"], GaussianDpEvent(x["sigma"])), int(x["steps"]))
+            total_eps = math.inf
+        elif e.rho is not None:
+            if e.mechanism == "gaussian":
+                ev = GaussianDpEvent(1 / math.sqrt(2 * e.rho)) if e.rho > 0 else None
+            else:
+                ev = ZCDpEvent(e.rho) if e.rho > 0 else None
+                pld_events = None  # a zCDP bound has no PLD in dp-accounting
+            total_eps = math.inf
+        elif e.delta > 0:
+            pld_events = rdp_events = None  # an (eps, delta) entry composes by the sum only
+            total_eps, total_delta = total_eps + e.eps, total_delta + e.delta
+            continue
+        else:
+            total_eps += e.eps
+            ev = LaplaceDpEvent(1 / e.eps) if e.mechanism == "laplace" else ZCDpEvent(e.eps ** 2 / 2)
+            if e.mechanism != "laplace":
+                pld_events = None
+        if ev is None:
+            continue
+        for events in (pld_events, rdp_events):
+            if events is not None:
+                events.append(ev)
+    out = {"sum": total_eps if total_delta <= delta * (1 + REL_TOL) + 1e-15 else math.inf}
+    if delta > 0:
+        if pld_events:
+            acc = PLDAccountant(value_discretization_interval=1e-4)
+            acc.compose(ComposedDpEvent(pld_events))
+            out["pld"] = float(acc.get_epsilon(delta))
+        if rdp_events:
+            orders = np.concatenate([np.linspace(1.01, 10, 200), np.arange(11, 257)])
+            acc = RdpAccountant(list(orders))
+            acc.compose(ComposedDpEvent(rdp_events))
+            out["rdp"] = float(acc.get_epsilon(delta))
+    return out
+
+
+def check_accounting(ledger) -> Check:
+    """The ledger's claim against the smallest valid independent bound of its entries."""
+    if not ledger.entries:
+        return Check("accounting", "skipped", "no ledger entry")
+    eps, delta = ledger.spent()
+    ind = independent_eps(ledger)
+    best_name = min(ind, key=ind.get)
+    best = ind[best_name]
+    figs = {"claimed_eps": eps, "claimed_delta": delta} | {f"eps_{k}": v for k, v in ind.items()}
+    if math.isinf(best):
+        return Check("accounting", "skipped", f"{len(ledger.entries)} entries that no independent accountant "
+                     "represents", figs)
+    if eps < best * (1 - ACCOUNTING_TOL) - 1e-9:
+        return Check("accounting", "fail", f"the ledger claims eps={eps:.4g} at delta={delta:.3g}, but its "
+                     f"{len(ledger.entries)} entries compose to eps={best:.4g} ({best_name}, dp-accounting)", figs)
+    return Check("accounting", "pass", f"claimed eps={eps:.4g} >= {best:.4g} ({best_name}) for "
+                 f"{len(ledger.entries)} entries", figs)
+
+
+def _pit(kind: str, z: np.ndarray) -> np.ndarray:
+    return stats.laplace.cdf(z) if kind == "laplace" else stats.norm.cdf(z)
+
+
+def check_calibration(traces: list[Trace], rng: np.random.Generator) -> Check:
+    """Scales against the entries, and the uniformity of the noise's probability integral transforms."""
+    pits: dict[str, list[np.ndarray]] = {"laplace": [], "gaussian": [], "select": []}
+    low, checked = [], 0
+    for trace in traces:
+        rels, _ = releases(trace)
+        for rel in rels:
+            want = None if rel.entry is None else implied_scale(rel.entry)
+            for k in rel.draws:
+                kind, v, scale, out = trace.log[k]
+                if kind == "select":
+                    p = np.exp(v - np.logaddexp.reduce(v[np.isfinite(v)])) if np.isfinite(v).any() else None
+                    if p is None:
+                        continue
+                    order = np.argsort(v, kind="stable")
+                    cdf = np.cumsum(p[order])
+                    r = int(np.flatnonzero(order == out)[0])
+                    pits["select"].append(np.array([cdf[r] - p[out] * (1 - rng.random())]))
+                    continue
+                live = scale > 0
+                if not live.any():
+                    continue
+                if want is not None:
+                    checked += 1
+                    if float(np.min(scale[live])) < want * (1 - REL_TOL):
+                        low.append(f"{rel.entry.mechanism} ({rel.entry.note or 'release'}): noise scale "
+                                   f"{float(np.min(scale[live])):.4g} below the {want:.4g} its entry implies")
+                used = np.where(live, want if want is not None else scale, 1.0)
+                z = ((np.asarray(out, dtype=float) - v) / used)[live].ravel()
+                pits[kind].append(_pit(kind, z))
+    figs, worst = {}, None
+    for kind, parts in pits.items():
+        if not parts:
+            continue
+        u = np.concatenate(parts)
+        if len(u) > MAX_PIT:
+            u = rng.choice(u, MAX_PIT, replace=False)
+        p = float(stats.kstest(u, "uniform").pvalue) if len(u) >= 20 else math.nan
+        figs[f"{kind}_draws"], figs[f"{kind}_ks_p"] = len(u), p
+        if kind != "select":
+            figs[f"{kind}_std_ratio"] = float(np.std(_inverse(kind, u)) / (math.sqrt(2) if kind == "laplace"
+                                                                          else 1.0))
+        if p < PVALUE and (worst is None or p < worst[1]):
+            worst = (kind, p, len(u))
+    if not figs:
+        return Check("calibration", "skipped", "no draw through privfair's noise source")
+    if low:
+        return Check("calibration", "fail", low[0] + (f" (and {len(low) - 1} more)" if len(low) > 1 else ""),
+                     figs | {"scales_checked": checked})
+    if worst:
+        kind, p, n = worst
+        what = "the exponential mechanism's choices" if kind == "select" else f"the {kind} noise"
+        return Check("calibration", "fail", f"{what} over {n} draws do not follow the claimed law "
+                     f"(Kolmogorov-Smirnov p = {p:.2g})", figs | {"scales_checked": checked})
+    return Check("calibration", "pass", f"{checked} scales as their entries imply; noise laws: "
+                 + ", ".join(f"{k} p={figs[k + '_ks_p']:.2g} ({figs[k + '_draws']} draws)" for k in pits
+                             if k + "_ks_p" in figs), figs | {"scales_checked": checked})
+
+
+def _inverse(kind: str, u: np.ndarray) -> np.ndarray:
+    u = np.clip(u, 1e-12, 1 - 1e-12)
+    return stats.laplace.ppf(u) if kind == "laplace" else stats.norm.ppf(u)
+
+
+# ------------------------------------------------------------------------------------------ sensitivity
+def corner_records(table, rng: np.random.Generator, count: int = 8) -> list[tuple[str, dict]]:
+    """Canary records at corners of the declared bounds ([0, 1] features, each label and group, discrete codes at
+    the rarest, the commonest or random codes of their declared domains)."""
+    d = table.d
+    labels = np.unique(table.y) if len(table.y) else np.array([0, 1])
+    groups = np.unique(table.s) if table.s is not None and len(table.s) else np.array([None])
+
+    def frame(how):
+        if table.frame is None:
+            return None
+        out = {}
+        for c in table.frame.columns:
+            counts = np.bincount(table.frame[c].to_numpy(int), minlength=table.domain.get(c, 1))
+            out[c] = int(np.argmin(counts) if how == "rare" else np.argmax(counts) if how == "common"
+                         else rng.integers(len(counts)))
+        return out
+
+    xs = [("ones", np.ones(d)), ("zeros", np.zeros(d))]
+    for j in rng.choice(d, size=min(2, d), replace=False) if d else []:
+        xs.append((f"e{j}", np.eye(d)[j]))
+    while len(xs) < count:
+        xs.append(("random corner", (rng.random(d) < 0.5).astype(float)))
+    out = []
+    for i, (name, x) in enumerate(xs[:count]):
+        y, s = labels[i % len(labels)], groups[(i // len(labels)) % len(groups)]
+        how = ("rare", "common", "random")[i % 3]
+        out.append((f"x={name}, y={y}" + ("" if s is None else f", s={s}") + f", {how} codes",
+                    {"X": x, "y": y, "s": s, "frame": frame(how)}))
+    return out
+
+
+def neighbours(s: Setup, rng: np.random.Generator, corners: int = 8, removed: int = 3) -> list[tuple]:
+    """(description, D_a, D_b) pairs of neighbours of the audited D: D and D + a corner record; D and D without a
+    record; for `REPLACE_ONE` algorithms, D with a row replaced by one corner record and by another."""
+    table = s.table
+    recs = corner_records(table, rng, corners)
+    pairs = [(f"D + [{name}]", table, with_records(table, [rec])) for name, rec in recs]
+    n = len(table)
+    far = int(np.argmax(np.abs(table.X - table.X.mean(axis=0)).sum(axis=1))) if table.X.size else 0
+    rows = list(dict.fromkeys([far] + [int(r) for r in rng.choice(n, size=min(removed, n), replace=False)]))
+    for r in rows[:removed]:
+        pairs.append((f"D - row {r}", table, table.subset(np.delete(np.arange(n), r))))
+    if table.s is not None and len(table.y) and table.d:
+        # adversarial D of the card's domain: every label and group set to one value, and the canary of the other
+        # label and group with every feature at 1 (moves the group mean and every per-row term the most)
+        for y0 in (0, 1):
+            for s0 in (0, 1):
+                hom = dataclasses.replace(table, y=np.full_like(table.y, y0), s=np.full_like(table.s, s0))
+                rec = {"X": np.ones(table.d), "y": 1 - y0, "s": 1 - s0, "frame": recs[0][1]["frame"]}
+                pairs.append((f"D with y={y0}, s={s0} everywhere, + [x=ones, y={1 - y0}, s={1 - s0}]", hom,
+                              with_records(hom, [rec])))
+    if s.rc.algo in REPLACE_ONE:
+        base = table.subset(np.delete(np.arange(n), far))
+        for (na, ra), (nb, rb) in zip(recs[::2], recs[1::2], strict=False):
+            pairs.append((f"row {far} replaced by [{na}] vs by [{nb}]", with_records(base, [ra]),
+                          with_records(base, [rb])))
+        pairs.append((f"row {far} replaced by [{recs[0][0]}] vs by [{recs[-1][0]}]",
+                      with_records(base, [recs[0][1]]), with_records(base, [recs[-1][1]])))
+    return pairs
+
+
+def release_change(entry, kind: str, scale, dv: np.ndarray, v) -> tuple[float, float, str]:
+    """(observed, declared, what) of one release whose value before noise moved by `dv` between neighbours."""
+    if kind == "select":
+        eps = selection_eps(entry)
+        finite = np.isfinite(dv)
+        moved = float(np.max(np.abs(dv[finite]))) if finite.any() else 0.0
+        sens = entry.sensitivity if entry.sensitivity is not None else 1.0
+        return moved * 2 * sens / eps, sens, "largest score change (from the logits)"
+    if entry.mechanism.endswith("heterogeneous"):
+        live = scale > 0
+        if kind == "laplace":
+            return float(np.sum(np.abs(dv[live]) / scale[live])), entry.eps, "privacy loss sum |change| / scale"
+        r = float(np.linalg.norm(dv[live] / scale[live]))
+        exact = mechanisms._analytic_delta(1.0, r, entry.eps) if r > 0 else 0.0
+        return exact, entry.delta, "exact Gaussian delta at the observed change"
+    if kind == "laplace":
+        return float(np.sum(np.abs(dv))), entry.sensitivity, "L1 change"
+    return float(np.linalg.norm(dv)), entry.sensitivity, "L2 change"
+
+
+def check_sensitivity(s: Setup, pairs: list[tuple], key: tuple) -> Check:
+    """Every release's query on each neighbouring pair (replayed with the same noise) against its entry."""
+    worst: dict[str, tuple] = {}
+    diverged, compared = [], 0
+    for desc, da, db in pairs:
+        try:
+            _, _, primary = traced_fit(s, da, key)
+        except PrivfairError as err:
+            diverged.append(f"{desc}: refused ({err})")
+            continue
+        if not primary.log:
+            return Check("sensitivity", "skipped", "no draw through privfair's noise source")
+        try:
+            _, _, shadow = traced_fit(s, db, key, replay=primary.log)
+        except (Diverged, PrivfairError) as err:
+            diverged.append(f"{desc}: {err}")
+            continue
+        if len(shadow.log) != len(primary.log):
+            diverged.append(f"{desc}: the neighbouring fits made different numbers of releases")
+            continue
+        compared += 1
+        rels, _ = releases(primary)
+        for rel in rels:
+            e = rel.entry
+            if e is None or (e.sensitivity is None and not e.mechanism.endswith("heterogeneous")
+                             and primary.log[rel.draws[0]][0] != "select"):
+                continue
+            kind = primary.log[rel.draws[0]][0]
+            if kind == "select":
+                obs_list = [release_change(e, kind, None, shadow.log[k][1] - primary.log[k][1], None)
+                            for k in rel.draws]
+                obs = max(obs_list, key=lambda t: t[0])
+            else:
+                dv = np.concatenate([np.ravel(shadow.log[k][1] - primary.log[k][1]) for k in rel.draws])
+                sc = np.concatenate([np.ravel(primary.log[k][2]) for k in rel.draws])
+                obs = release_change(e, kind, sc, dv, None)
+            name = f"{e.mechanism}: {e.note}" if e.note else e.mechanism
+            label = name.split(" round ")[0].split(" node ")[0]
+            if label not in worst or obs[0] / max(obs[1], 1e-300) > worst[label][0] / max(worst[label][1], 1e-300):
+                worst[label] = (obs[0], obs[1], obs[2], desc)
+    figs = {"neighbours": len(pairs), "compared": compared, "diverged": len(diverged)}
+    if not compared:
+        return Check("sensitivity", "skipped", "no neighbour could be replayed: " + (diverged[0] if diverged
+                                                                                     else "no release"), figs)
+    bad = [(label, w) for label, w in worst.items() if w[0] > w[1] * (1 + REL_TOL) + 1e-12]
+    figs["releases"] = {label: {"observed": w[0], "declared": w[1], "what": w[2], "neighbour": w[3]}
+                        for label, w in worst.items()}
+    if bad:
+        label, (o, d_, what, desc) = max(bad, key=lambda t: t[1][0] / max(t[1][1], 1e-300))
+        return Check("sensitivity", "fail", f"{label}: {what} {o:.4g} > declared {d_:.4g} on the neighbour "
+                     f"{desc}", figs)
+    ratio = max((w[0] / w[1] for w in worst.values() if w[1] > 0), default=0.0)
+    return Check("sensitivity", "pass", f"{len(worst)} kinds of release on {compared} neighbours; largest change "
+                 f"{ratio:.3g} of the declared sensitivity" + (f" ({len(diverged)} neighbours not replayable)"
+                                                               if diverged else ""), figs | {"largest_ratio": ratio})
+
+
+# ------------------------------------------------------------------------------------------ all of them
+def whitebox(s: Setup, opts: dict, progress) -> list[Check]:
+    """The white-box checks of one configuration: `audit.whitebox_fits` traced fits on D (ledger, accounting,
+    calibration) and the sensitivity search over neighbours."""
+    from privfair_cli.tools.audit import sgd
+
+    seed = opts["seed"]
+    rng = np.random.default_rng([seed, 46])
+    if sgd.applies(s):
+        progress("white-box DP-SGD checks")
+        return sgd.checks(s, opts)
+    traces, ledgers = [], []
+    for t in range(opts["whitebox_fits"]):
+        _, ledger, trace = traced_fit(s, s.table, (seed, 46, t))
+        traces.append(trace)
+        ledgers.append(ledger)
+        if not trace.log and t == 0:
+            break
+    progress(f"white-box checks on {len(traces)} traced fits")
+    out = [check_ledger(traces), check_accounting(ledgers[0]), check_calibration(traces, rng)]
+    if traces[0].log:
+        progress("sensitivity search over neighbours")
+        out.append(check_sensitivity(s, neighbours(s, rng), (seed, 47)))
+    else:
+        out.append(Check("sensitivity", "skipped", "no draw through privfair's noise source"))
+    return out
