@@ -63,8 +63,8 @@ def _typed(key: str, value: str):
         v = float(value) if key in ("confidence", "guess_fraction") else int(value)
     except ValueError:
         raise bad from None
-    ok = {"trials": v >= 20, "rows": v >= 20, "canaries": v >= 10, "seed": v >= 0, "whitebox_fits": v >= 1, "confidence": 0 < v < 1,
-          "guess_fraction": 0 < v <= 0.5}[key]
+    ok = {"trials": v >= 20, "rows": v >= 20, "canaries": v >= 10, "seed": v >= 0, "whitebox_fits": v >= 1,
+          "confidence": 0 < v < 1, "guess_fraction": 0 < v <= 0.5}[key]
     if not ok or (isinstance(v, float) and not math.isfinite(v)):
         raise bad
     return v

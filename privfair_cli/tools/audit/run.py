@@ -5,8 +5,8 @@ release checks (`whitebox`, `sgd`); a failed white-box check fails the audit wha
 from __future__ import annotations
 
 import time
-from dataclasses import asdict
 from collections.abc import Callable
+from dataclasses import asdict
 
 from privfair_cli.errors import ConfigError
 from privfair_cli.tools.audit.distinguishing import distinguishing

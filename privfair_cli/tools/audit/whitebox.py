@@ -206,6 +206,8 @@ def check_ledger(traces: list[Trace]) -> Check:
 def independent_eps(ledger) -> dict:
     """(eps at the ledger's delta) of the entries composed by dp-accounting's PLD and RDP accountants and by the
     plain sum (basic composition); an accountant that cannot represent some entry is left out."""
+    import logging
+
     from dp_accounting import (
         ComposedDpEvent,
         GaussianDpEvent,
@@ -214,8 +216,6 @@ def independent_eps(ledger) -> dict:
         SelfComposedDpEvent,
         ZCDpEvent,
     )
-    import logging
-
     from dp_accounting.pld import PLDAccountant
     from dp_accounting.rdp import RdpAccountant
 
