@@ -14,7 +14,7 @@ export PRIVFAIR_DATA_DIR := $(SHARED_DATA)
 endif
 endif
 
-.PHONY: setup run test test-all reproduce regress docs bench lint clean audit
+.PHONY: setup run test test-all reproduce regress docs bench lint clean audit audit-mutants
 
 setup: $(STAMP)
 
@@ -51,6 +51,11 @@ docs: setup
 # Every registered private algorithm audited on small data: results/audit/ and the table of docs/audit.md.
 audit: setup
 	$(BIN)/python -m privfair_cli.tools.audit --all
+
+# The mutant catalogue: every deliberately broken variant flagged, the same configurations without a bug passing;
+# the table of docs/audit.md (its fast part runs in `make test`, tests/test_audit_mutants.py).
+audit-mutants: setup
+	$(BIN)/python -m privfair_cli.tools.audit --mutants
 
 bench: setup
 	$(BIN)/python -m bench

@@ -1,5 +1,6 @@
 """`privfair audit algo=A data=D eps=E [audit.key=value ...]` (`cmd_audit`) and `python -m privfair_cli.tools.audit`
-(`main`: `--all` runs the suite, `--only` a part of it, then the summary and docs/audit.md are rewritten)."""
+(`main`: `--all` runs the suite, `--only` a part of it, `--mutants` the mutant catalogue; then the summary and
+docs/audit.md are rewritten)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from privfair_cli.tools.audit.options import options
 from privfair_cli.tools.audit.page import DOC, render_doc
 from privfair_cli.tools.audit.report import ROOT, folder, line, write
 from privfair_cli.tools.audit.run import audit
-from privfair_cli.tools.audit.suite import collect, suite
+from privfair_cli.tools.audit.suite import collect, mutant_rows, suite
 
 
 def cmd_audit(args) -> int:
@@ -31,8 +32,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--only", help="comma-separated algorithms (with --all: only these; the others' rows are kept)")
     p.add_argument("--doc", action="store_true", help="regenerate results/audit/summary.json and docs/audit.md "
                    "from the rows already written")
+    p.add_argument("--mutants", action="store_true", help="audit the mutant catalogue and the same configurations "
+                   "without a bug (make audit-mutants); exit 1 unless every mutant fails and every correct one passes")
     a = p.parse_args(argv)
     summary_path = ROOT / "summary.json"
+    bad_mutants = []
+    if a.mutants:
+        rows = mutant_rows(names=a.only.split(",") if a.only and not a.all else None)
+        # PrivPC's correct run fails its sensitivity check: a true finding on an algorithm labelled heuristic
+        bad_mutants = [r for r in rows if (r["verdict"] == "pass") != (r["mutant"] == "none (correct)")
+                       and not (r["mutant"] == "none (correct)" and "algo=privpc " in r["config"] + " ")]
+        for r in bad_mutants:
+            print(f"not as expected: {r['mutant']} on {r['config']}: {r['verdict']}")
     if a.all:
         rows = suite(a.only.split(",") if a.only else None)
         print(f"{len(rows)} algorithms in {sum(r.get('seconds', 0) for r in rows):.0f} s")
@@ -43,4 +54,4 @@ def main(argv: list[str] | None = None) -> int:
     print(f"wrote {summary_path} and {DOC}")
     failed = [r["algo"] for r in summary["rows"]
               if r["verdict"] == "fail" and r.get("guarantee") not in ("heuristic", "none")]
-    return 1 if failed else 0
+    return 1 if failed or bad_mutants else 0

@@ -17,7 +17,7 @@ OPTIONS = {  # audit.<key>: (default, what is allowed)
     "canaries": (1000, "an integer >= 10: canaries of the one-run audit"),
     "guess_fraction": (0.1, "a number in (0, 0.5]: share of canaries guessed in (and out) by the one-run audit"),
     "whitebox": ("on", "on | off: the white-box release checks (privfair_cli.tools.audit.whitebox) beside the test"),
-    "whitebox_fits": (10, "an integer >= 1: traced fits whose draws the calibration check pools"),
+    "whitebox_fits": (30, "an integer >= 1: traced fits whose draws the calibration check pools"),
     "seed": (0, "an integer >= 0"),
     "out": ("", "a folder for audit.json and histogram.png (default results/audit/<algo>/<data>/eps=<eps>)"),
 }

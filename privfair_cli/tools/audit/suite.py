@@ -1,6 +1,7 @@
 """`make audit` (`python -m privfair_cli.tools.audit --all`): every registered private algorithm audited at eps = 1
 on a small dataset of its kind, each row written to `results/audit/<algo>/row.json` so that runs of parts of the
-suite combine, and the summary of the rows with the control table (`controls.mechanism_rows`)."""
+suite combine, and the summary of the rows with the control table (`controls.mechanism_rows`) and the mutant
+catalogue's verdicts (`mutant_rows`, `make audit-mutants`)."""
 
 from __future__ import annotations
 
@@ -65,7 +66,10 @@ def suite_row(name: str, cls, root: Path) -> dict:
             "guarantee": rep.guarantee, "eps_claimed": rep.eps_claimed, "delta_claimed": rep.delta_claimed,
             "eps_lb": rep.eps_lb, "confidence": rep.confidence, "verdict": rep.verdict,
             "seconds": round(rep.seconds, 1), "trials": rep.details.get("trials"),
-            "canaries": rep.details.get("canaries")}
+            "canaries": rep.details.get("canaries"),
+            "whitebox": {c["name"]: c["verdict"] for c in rep.details.get("whitebox") or []},
+            "whitebox_failures": [f"{c['name']}: {c['detail']}" for c in rep.details.get("whitebox") or []
+                                  if c["verdict"] == "fail"]}
 
 
 def collect(root: Path = ROOT) -> dict:
@@ -77,5 +81,33 @@ def collect(root: Path = ROOT) -> dict:
         path = root / name / "row.json"
         rows.append(json.loads(path.read_text()) if path.is_file() else
                     {"algo": name, "data": "-", "verdict": "not_run", "reason": "not audited yet (make audit)"})
+    mpath = root / "mutants.json"
     return {"rows": rows, "seconds": round(sum(r.get("seconds", 0) for r in rows), 1),
-            "mechanisms": mechanism_rows()}
+            "mechanisms": mechanism_rows(), "mutants": json.loads(mpath.read_text()) if mpath.is_file() else []}
+
+
+def mutant_rows(root: Path = ROOT, names: list[str] | None = None) -> list[dict]:
+    """`make audit-mutants`: every mutant of the catalogue (or `names`) audited, then the same configurations
+    without a bug; written to `root/mutants.json` for docs/audit.md."""
+    import time
+
+    from privfair_cli.tools.audit import mutants
+
+    rows = []
+    for m in mutants.MUTANTS if not names else [m for m in mutants.MUTANTS if m.name in names]:
+        t0 = time.perf_counter()
+        rep = mutants.audit_mutant(m, m.overrides)
+        rows.append({"mutant": m.name, "bug": m.bug, "config": " ".join(m.overrides), "expect": m.expect,
+                     "fast": m.fast, "verdict": rep.verdict, "flagged_by": mutants.flagged_by(rep),
+                     "seconds": round(time.perf_counter() - t0, 1)})
+        print(f"{m.name}: {rep.verdict} (flagged by {', '.join(rows[-1]['flagged_by']) or 'nothing'})", flush=True)
+    for overrides in mutants.CORRECT if not names else []:
+        t0 = time.perf_counter()
+        rep = mutants.audit_mutant(None, overrides)
+        rows.append({"mutant": "none (correct)", "bug": "-", "config": " ".join(overrides), "expect": "-",
+                     "fast": True, "verdict": rep.verdict, "flagged_by": mutants.flagged_by(rep),
+                     "seconds": round(time.perf_counter() - t0, 1)})
+        print(f"correct {' '.join(overrides)}: {rep.verdict}", flush=True)
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "mutants.json").write_text(json.dumps(rows, indent=2) + "\n")
+    return rows

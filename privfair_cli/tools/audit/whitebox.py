@@ -17,7 +17,9 @@ of them sampling where a deterministic check exists:
   classic and analytic Gaussian: their sigma at (eps, delta); zCDP Gaussian: sensitivity / sqrt(2 rho)), and the
   noise actually added has the claimed distribution: the probability integral transforms of all draws of
   `audit.whitebox_fits` fits under the claimed Laplace, Gaussian or exponential-mechanism law (randomised for the
-  selections) are tested for uniformity (Kolmogorov-Smirnov, p < `PVALUE`: fail).
+  selections) are tested for uniformity (Kolmogorov-Smirnov, p < `PVALUE`: fail), and the logits of the chosen
+  candidates against their expectation under the claimed law (a z-test: a sharper selection than claimed,
+  i.e. less noise, raises them).
 - `sensitivity`: each release's value before noise on D and on adversarial neighbours: canary records at corners
   of the card's declared bounds (all features 0 or 1, a few one-hot, random corners; each label and group; the
   rarest, the commonest and random codes of the discrete attributes) added, and records of D removed; for an
@@ -294,6 +296,7 @@ def check_calibration(traces: list[Trace], rng: np.random.Generator) -> Check:
     """Scales against the entries, and the uniformity of the noise's probability integral transforms."""
     pits: dict[str, list[np.ndarray]] = {"laplace": [], "gaussian": [], "select": []}
     low, checked = [], 0
+    sel = [0.0, 0.0]  # selections: sum of (logit chosen - its expectation), sum of variances
     for trace in traces:
         rels, _ = releases(trace)
         for rel in rels:
@@ -308,6 +311,10 @@ def check_calibration(traces: list[Trace], rng: np.random.Generator) -> Check:
                     cdf = np.cumsum(p[order])
                     r = int(np.flatnonzero(order == out)[0])
                     pits["select"].append(np.array([cdf[r] - p[out] * (1 - rng.random())]))
+                    u = np.where(np.isfinite(v), v, 0.0)
+                    mean = float(np.sum(p * u))
+                    sel[0] += u[out] - mean
+                    sel[1] += float(np.sum(p * (u - mean) ** 2))
                     continue
                 live = scale > 0
                 if not live.any():
@@ -334,6 +341,14 @@ def check_calibration(traces: list[Trace], rng: np.random.Generator) -> Check:
                                                                           else 1.0))
         if p < PVALUE and (worst is None or p < worst[1]):
             worst = (kind, p, len(u))
+    if sel[1] > 0 and figs.get("select_draws", 0) >= 50:
+        # the chosen candidates' logits against their expectation under the claimed law: a selection sharper than
+        # claimed (less noise) raises them; normal approximation of a sum of bounded independent terms
+        z = sel[0] / math.sqrt(sel[1])
+        p = float(2 * stats.norm.sf(abs(z)))
+        figs["select_logit_z"], figs["select_logit_p"] = z, p
+        if p < PVALUE and (worst is None or p < worst[1]):
+            worst = ("select", p, figs["select_draws"])
     if not figs:
         return Check("calibration", "skipped", "no draw through privfair's noise source")
     if low:
@@ -343,7 +358,8 @@ def check_calibration(traces: list[Trace], rng: np.random.Generator) -> Check:
         kind, p, n = worst
         what = "the exponential mechanism's choices" if kind == "select" else f"the {kind} noise"
         return Check("calibration", "fail", f"{what} over {n} draws do not follow the claimed law "
-                     f"(Kolmogorov-Smirnov p = {p:.2g})", figs | {"scales_checked": checked})
+                     f"({'z-test of the chosen logits' if kind == 'select' else 'Kolmogorov-Smirnov'} p = {p:.2g})",
+                     figs | {"scales_checked": checked})
     return Check("calibration", "pass", f"{checked} scales as their entries imply; noise laws: "
                  + ", ".join(f"{k} p={figs[k + '_ks_p']:.2g} ({figs[k + '_draws']} draws)" for k in pits
                              if k + "_ks_p" in figs), figs | {"scales_checked": checked})
