@@ -110,13 +110,16 @@ def test_accounting_check_recomputes_the_composition():
 
 
 def test_accounting_check_agrees_with_dp_accounting_on_zcdp():
-    """A zCDP ledger of two Gaussian releases: its CKS conversion is within the tolerance of dp-accounting's."""
+    """A zCDP ledger of two Gaussian releases: its CKS conversion of rho is within 2% of dp-accounting's RDP
+    conversion of the same curve, and above the exact PLD of the two Gaussians (zCDP is not tight for them)."""
     ledger = PrivacyLedger(Budget(5.0, 1e-6), accountant="zcdp")
     rng = np.random.default_rng(0)
     for _ in range(2):
         mechanisms.gaussian_zcdp(np.zeros(3), 1.0, 2.0, rng, ledger)
     chk = whitebox.check_accounting(ledger)
-    assert chk.verdict == "pass" and chk.figures["eps_pld"] == pytest.approx(chk.figures["claimed_eps"], rel=0.05)
+    f = chk.figures
+    assert chk.verdict == "pass" and f["eps_rdp"] == pytest.approx(f["claimed_eps"], rel=0.02)
+    assert f["eps_pld"] < f["claimed_eps"]
 
 
 def test_calibration_check_sees_noise_of_the_wrong_scale():
