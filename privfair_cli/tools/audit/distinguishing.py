@@ -47,7 +47,7 @@ def _trials(s: Setup, opts: dict, progress, canary: dict, d0, d1, view: str) -> 
         for side, data in ((0, d0), (1, d1)):
             key = (seed, 24, side, t)
             if view == "release":
-                noise = Recording(key)
+                noise = Recording(key, row_ids=data.meta.get("row_id"))
                 plugin, ledger = fit(s, data, key, noise)
                 if not noise.log:
                     raise Diverged("the fit made no release through privfair's mechanisms")

@@ -82,8 +82,8 @@ class Trace(Recording):
     """The release view's recording noise source that also keeps, in order, the ledger entries the fit makes:
     `events` holds ("spend", entry) and ("draw", k) with k the index of the draw in `log`."""
 
-    def __init__(self, seed, replay=None):
-        super().__init__(seed, replay)
+    def __init__(self, seed, replay=None, row_ids=None):
+        super().__init__(seed, replay, row_ids)
         self.events: list[tuple] = []
 
     def _add(self, value, scale, kind):
@@ -112,7 +112,7 @@ def observing(trace: Trace):
 
 def traced_fit(s: Setup, table, key: tuple, replay=None):
     """The plugin's own fit on `table` with a `Trace` seeded by `key` (replaying `replay`'s outputs if given)."""
-    trace = Trace(key, replay)
+    trace = Trace(key, replay, table.meta.get("row_id"))
     with observing(trace):
         plugin, ledger = fit(s, table, key, trace)
     return plugin, ledger, trace
@@ -388,6 +388,11 @@ def corner_records(table, rng: np.random.Generator, count: int = 8) -> list[tupl
                          else rng.integers(len(counts)))
         return out
 
+    def labelled(codes, y):  # the discrete view's outcome column carries the label (code 1 = positive)
+        if codes is not None and outcome(table) in codes:
+            codes[outcome(table)] = int(y)
+        return codes
+
     xs = [("ones", np.ones(d)), ("zeros", np.zeros(d))]
     for j in rng.choice(d, size=min(2, d), replace=False) if d else []:
         xs.append((f"e{j}", np.eye(d)[j]))
@@ -398,8 +403,14 @@ def corner_records(table, rng: np.random.Generator, count: int = 8) -> list[tupl
         y, s = labels[i % len(labels)], groups[(i // len(labels)) % len(groups)]
         how = ("rare", "common", "random")[i % 3]
         out.append((f"x={name}, y={y}" + ("" if s is None else f", s={s}") + f", {how} codes",
-                    {"X": x, "y": y, "s": s, "frame": frame(how)}))
+                    {"X": x, "y": y, "s": s, "frame": labelled(frame(how), y)}))
     return out
+
+
+def outcome(table) -> str | None:
+    """The discrete view's outcome column (the card's `roles.outcome`), if any."""
+    names = [c for c in (table.roles or {}).get("outcome") or [] if table.frame is not None and c in table.frame]
+    return names[0] if names else None
 
 
 def neighbours(s: Setup, rng: np.random.Generator, corners: int = 8, removed: int = 3) -> list[tuple]:
@@ -419,7 +430,13 @@ def neighbours(s: Setup, rng: np.random.Generator, corners: int = 8, removed: in
         for y0 in (0, 1):
             for s0 in (0, 1):
                 hom = dataclasses.replace(table, y=np.full_like(table.y, y0), s=np.full_like(table.s, s0))
-                rec = {"X": np.ones(table.d), "y": 1 - y0, "s": 1 - s0, "frame": recs[0][1]["frame"]}
+                col = outcome(table)
+                if col is not None:
+                    hom = dataclasses.replace(hom, frame=hom.frame.assign(**{col: y0}).astype(table.frame.dtypes))
+                codes = None if recs[0][1]["frame"] is None else dict(recs[0][1]["frame"])
+                if col is not None:
+                    codes[col] = 1 - y0
+                rec = {"X": np.ones(table.d), "y": 1 - y0, "s": 1 - s0, "frame": codes}
                 pairs.append((f"D with y={y0}, s={s0} everywhere, + [x=ones, y={1 - y0}, s={1 - s0}]", hom,
                               with_records(hom, [rec])))
     if s.rc.algo in REPLACE_ONE:
