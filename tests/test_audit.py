@@ -282,3 +282,23 @@ def test_one_run_audit_has_power_when_the_model_memorises():
                      "algo.epochs=50", "algo.lr=1", "algo.C=10", "algo.l2=0"],
                     {"canaries": 200, "guess_fraction": 0.2})
     assert rep.mode == "one_run" and rep.eps_lb > 0 and rep.verdict == "pass"
+
+
+# ------------------------------------------------------------------------------------------ tightness
+def test_gdp_eps_inverts_the_analytic_gaussian():
+    """mu = sensitivity / sigma of the analytic Gaussian calibrated to (1, 1e-5) is exactly (1, 1e-5)-DP."""
+    sigma = mechanisms.gaussian_sigma_analytic(1.0, 1.0, 1e-5)
+    assert bounds.gdp_eps(1 / sigma, 1e-5) == pytest.approx(1.0, rel=1e-6)
+    assert bounds.gdp_eps(0.0, 1e-5) == 0.0
+
+
+def test_single_releases_are_audited_within_80_percent_of_their_claim():
+    """At 10,000 trials: the threshold test on the Laplace mechanism and the GDP bound on the analytic Gaussian
+    reach >= 0.8 of eps = 1 and stay below it (seeds 0-2), and the Gaussian told half its sensitivity (true eps
+    about 2) is refuted."""
+    for seed in range(3):
+        res, refuted = controls.audit_mechanism(laplace(), 1.0, trials=controls.TIGHT_TRIALS, seed=seed)
+        assert not refuted and res.eps_lb >= 0.8
+        lb = controls.gaussian_bound(gaussian(), 1e-5, controls.TIGHT_TRIALS, seed=seed)
+        assert 0.8 <= lb <= 1.0
+        assert controls.gaussian_bound(gaussian(sensitivity=0.5), 1e-5, controls.TIGHT_TRIALS, seed=seed) > 1.5

@@ -1,7 +1,8 @@
 """The audit's lower bounds, pure: one-sided Clopper-Pearson bounds, the eps lower bound of one threshold test and
 the distinguishing test that picks its threshold on half the releases and measures it on the other half
 (Jagielski et al. 2020; Nasr et al. 2021), and the one-run test's p-value and eps (Steinke, Nasr and Jagielski
-2023, Appendix D). The formulas are in the package docstring (privfair_cli.tools.audit)."""
+2023, Appendix D), and the parametric bound of Gaussian releases (`gdp_mu_lower`, `gdp_eps`). The formulas are
+in the package docstring (privfair_cli.tools.audit)."""
 
 from __future__ import annotations
 
@@ -127,3 +128,36 @@ def one_run_eps(m: int, r: int, v: int, delta: float, confidence: float) -> floa
         mid = (lo + hi) / 2
         lo, hi = (mid, hi) if one_run_p_value(m, r, v, mid, delta) < p else (lo, mid)
     return lo
+
+
+def gdp_mu_lower(out_d, out_d1, confidence: float) -> float:
+    """A lower confidence bound on mu of mu-GDP (Dong, Roth and Su 2022) from releases on D and D' whose law is
+    Gaussian with one variance (checked for privfair's Gaussian releases by the white-box calibration check): the
+    difference of the means less its one-sided normal margin at level alpha/2, over an upper chi-square bound on
+    the pooled standard deviation at level alpha/2 (Nasr et al. 2023 audit Gaussian DP-SGD this way)."""
+    a, b = np.asarray(out_d, dtype=float), np.asarray(out_d1, dtype=float)
+    alpha = 1 - confidence
+    n0, n1 = len(a), len(b)
+    diff = abs(float(b.mean() - a.mean())) - stats.norm.ppf(1 - alpha / 2) * math.sqrt(a.var(ddof=1) / n0
+                                                                                      + b.var(ddof=1) / n1)
+    pooled = ((n0 - 1) * a.var(ddof=1) + (n1 - 1) * b.var(ddof=1)) / (n0 + n1 - 2)
+    sigma_hi = math.sqrt(pooled * (n0 + n1 - 2) / stats.chi2.ppf(alpha / 2, n0 + n1 - 2))
+    return max(diff, 0.0) / sigma_hi if sigma_hi > 0 else math.inf
+
+
+def gdp_eps(mu: float, delta: float) -> float:
+    """The smallest eps at which mu-GDP is (eps, delta)-DP: delta(eps) = Phi(-eps/mu + mu/2) - e^eps
+    Phi(-eps/mu - mu/2) (Dong, Roth and Su 2022, Cor. 2.13), solved by bisection; 0 where mu = 0."""
+    from privfair_cli.privacy.mechanisms import _analytic_delta
+
+    if mu <= 0 or not 0 < delta < 1:
+        return 0.0
+    if _analytic_delta(1.0, mu, 0.0) <= delta:
+        return 0.0
+    lo, hi = 0.0, 1.0
+    while _analytic_delta(1.0, mu, hi) > delta:
+        lo, hi = hi, hi * 2
+    for _ in range(100):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if _analytic_delta(1.0, mu, mid) > delta else (lo, mid)
+    return hi
