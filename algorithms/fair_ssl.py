@@ -1,4 +1,4 @@
-"""Fairness constraints in graph-based semi-supervised learning (Zhang thesis ch. 5; fair_ssl.md) and its baselines.
+"""Fairness constraints in graph-based semi-supervised learning (Zhang thesis ch. 5; fair_ssl.md).
 
 Plugins (kind `semi_supervised`; no differential privacy in this chapter: guarantee `none`):
 - `fair_ssl_lr` (§1): build the Gaussian graph over the labelled + unlabelled training rows (§0.1) once, factorise
@@ -8,8 +8,8 @@ Plugins (kind `semi_supervised`; no differential privacy in this chapter: guaran
   and (b) the corrected closed-form label propagation y_u = L_uu^-1 (A_ul y_l + X_u w / (2 alpha)), thresholded
   at T;
 - `fair_ssl_svm` (§2): the same with the L2-regularised hinge loss (linear SVM);
-- `zafar_fc` (§3): Zafar et al. (AISTATS 2017) covariance-constrained LR / SVM on D_l only, disparate impact;
-- `zafar_dm` (§4): Zafar et al. (WWW 2017) disparate-mistreatment constraint (omr | fpr | fnr) on D_l only.
+The chapter's baselines, Zafar et al.'s constrained linear models on D_l only (`zafar_fc`, `zafar_dm`), are
+algorithms/zafar.py, on this module's w-step (`solve_w`) and standardisation (`FairLinear`).
 
 Solvers: every w-step is a cvxpy problem (Clarabel). The DI constraint is linear in w (convex). The mistreatment
 constraints are differences of convex functions: they are solved by our own penalty convex-concave procedure
@@ -119,24 +119,6 @@ class FairLinearConfig:
 
     def __post_init__(self):
         object.__setattr__(self, "graph", typed(GraphConfig, dict(self.graph), "algo.graph"))
-
-
-@dataclass(frozen=True)
-class ZafarDMConfig(FairLinearConfig):
-    def __post_init__(self):
-        super().__post_init__()
-        if self.fairness == "di":
-            raise ConfigError("algo.fairness=di is not a mistreatment notion for zafar_dm; allowed: omr, fpr, fnr "
-                              "(disparate impact is zafar_fc)")
-
-
-@dataclass(frozen=True)
-class ZafarFCConfig(FairLinearConfig):
-    def __post_init__(self):
-        super().__post_init__()
-        if self.fairness != "di":
-            raise ConfigError(f"algo.fairness={self.fairness} is not disparate impact; zafar_fc allows: di "
-                              f"(the mistreatment notions are zafar_dm)")
 
 
 @dataclass(frozen=True)
@@ -704,9 +686,9 @@ def WStep(X: np.ndarray, sets: list[tuple], cfg):  # noqa: N802  (a factory: the
 
 
 # ---------------------------------------------------------------------------------------------- plugins
-class _FairLinear(Plugin):
-    """Shared by the four plugins: standardisation, prediction, the solver's status (`failed`: the evaluation,
-    `evaluate.fair_linear`, is N/A)."""
+class FairLinear(Plugin):
+    """Shared by fair_ssl_lr / fair_ssl_svm and zafar.py's two plugins: standardisation, prediction, the solver's
+    status (`failed`: the evaluation, `evaluate.fair_linear`, is N/A)."""
 
     kind = "semi_supervised"
     evaluation = "fair_linear"
@@ -749,32 +731,8 @@ class _FairLinear(Plugin):
         return {"solver_ok": float(self.failed is None), "solver_solves": float(len(self.statuses))}
 
 
-class _Zafar(_FairLinear):
-    """Zafar et al.: the constrained linear model on the labelled rows only (spec §3-4)."""
-
-    def fit(self, data, budget, ledger, rng, device="cpu"):
-        lab = self._parts(data)
-        self._fit_scaler(data.X)  # D_l u D_u, the same standardisation as the proposed method
-        X, y, z = self._standardise(data.X[lab]), data.y[lab].astype(int), data.s[lab].astype(float)
-        self.statuses, self.failed = [], None
-        self._record(solve_w(X, y, [(X, z, y, self.cfg.c)], self.cfg))
-        return self
-
-
 @register
-class ZafarFC(_Zafar):
-    name = "zafar_fc"
-    Config = ZafarFCConfig
-
-
-@register
-class ZafarDM(_Zafar):
-    name = "zafar_dm"
-    Config = ZafarDMConfig
-
-
-@register
-class FairSSLLR(_FairLinear):
+class FairSSLLR(FairLinear):
     name = "fair_ssl_lr"
     Config = FairSSLConfig
 

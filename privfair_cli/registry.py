@@ -14,7 +14,7 @@ TASK_KINDS = ("classifier", "generator", "graph", "embedding", "semi_supervised"
 
 # Modules under privfair_cli.algorithms whose import registers plugins (torch-free ones first).
 ALGORITHM_MODULES = ("logistic", "functional", "prefair", "causal", "dpne", "fes", "crfs", "ffpdg", "dpsgd",
-                     "fairgan", "early_stopping", "adv_fairness", "cfgan", "fair_ssl")
+                     "fairgan", "adv_debias", "early_stopping", "adv_fairness", "cfgan", "fair_ssl", "zafar")
 
 
 GUARANTEES = ("eps-DP", "(eps,delta)-DP", "zCDP", "heuristic", "none")

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from privfair_cli import datasets, downstream, evaluate, metrics, registry
-from privfair_cli.algorithms import fairgan, gan
+from privfair_cli.algorithms import adv_debias, fairgan, gan
 from privfair_cli.threads import torch_threads
 from tests.conftest import fit, needs_data, table
 
@@ -126,7 +126,7 @@ def test_adv_debias_agrees_with_fairlearn():
     X, y, s = data.X, data.y, data.s
     plain = downstream.fit_predict("lr", X, y, X, lr_max_iter=2000)
     cfg = registry.make("adv_debias", epochs=30).cfg
-    w, b = fairgan.adversarial_debiasing(X, y, s, cfg, seed=0, progress=False)
+    w, b = adv_debias.adversarial_debiasing(X, y, s, cfg, seed=0, progress=False)
     ours = ((X @ w + b) >= 0).astype(int)
     torch.manual_seed(0)
     ref = fl.AdversarialFairnessClassifier(backend="torch", predictor_model=[], adversary_model=[],
