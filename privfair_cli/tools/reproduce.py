@@ -522,18 +522,18 @@ def draw(spec: dict, runs: pd.DataFrame, comparison: pd.DataFrame, out: Path, na
         _target(fig, "figure")(runs, comparison, out, name=name)
 
 
-def canonical(name: str, spec: dict, root: Path, sweep_dir: Path, scan: bool = True) -> tuple[pd.DataFrame, int]:
+def canonical(name: str, spec: dict, root: Path, sweep_dir: Path, scan: bool = True
+              ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Merge the complete runs of the full sweep found under `sweep_dir` (when `scan`) into the committed run
     record, write it, and write the canonical comparison derived from the record read back. Returns the
-    comparison and the number of runs merged."""
+    comparison and the runs found here (with all their metrics, for the figures)."""
     committed_csv = root / "comparison.csv"
     committed = pd.read_csv(committed_csv) if committed_csv.is_file() else None
-    record, merged = records.read(root), 0
+    record, local = records.read(root), records.frame([])
     if scan and Path(sweep_dir).is_dir():
         dirs = sweep_run_dirs([f"experiment={name}"], sweep_dir)
         local = collect_records(dirs, spec, sweep_dir)
-        merged = len(local)
-        if merged:
+        if len(local):
             record = records.merge(record, local, keep={Path(d).relative_to(sweep_dir).as_posix() for d in dirs})
             full = table(derive(spec, record, committed), spec)
             record = records.prune(record, read_keys(spec, pd.read_csv(published_dir() / spec["published"])),
@@ -544,7 +544,7 @@ def canonical(name: str, spec: dict, root: Path, sweep_dir: Path, scan: bool = T
     comparison = derive(spec, record, committed)
     if record is not None or committed is not None:  # (nothing run, nothing committed: nothing to write)
         write(table(comparison, spec), root, spec.get("title", "{name}: ours vs published").format(name=name))
-    return comparison, merged
+    return comparison, local
 
 
 def reproduce(name: str, overrides: list[str], run: bool = True, sweep_dir: Path | None = None, jobs: int = 1,
@@ -587,13 +587,13 @@ def reproduce(name: str, overrides: list[str], run: bool = True, sweep_dir: Path
                                                    " (a subset: the run record and the comparison of the full "
                                                    "experiment are left as they are)"))
     if not overrides or update_canonical:
-        full, merged = canonical(name, spec, root, sweep_dir, scan=True)
+        full, local = canonical(name, spec, root, sweep_dir, scan=True)
         if not overrides:
             comparison = full
-            if run:
-                draw(spec, with_folders(records.read(root), sweep_dir), comparison, out, name)
-        print(f"{root / records.FILE}: {merged} runs of this machine merged; {root / 'comparison.csv'} derived from "
-              f"it" + ("" if not merged or not overrides else " (its figures are left as they are)"))
+            if run and len(local):  # the figures read the runs here, with all their metrics (the record keeps fewer)
+                draw(spec, with_folders(local, sweep_dir), comparison, out, name)
+        print(f"{root / records.FILE}: {len(local)} runs of this machine merged; {root / 'comparison.csv'} derived "
+              f"from it" + ("" if not len(local) or not overrides else " (its figures are left as they are)"))
     _print(name, comparison)
     comparison.attrs["failed"] = failed  # run folders whose run raised (their cells are not_run)
     comparison.attrs["out"] = out
