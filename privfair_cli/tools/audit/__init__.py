@@ -44,6 +44,19 @@ the k lowest "out"; with v correct of r = 2k guesses, eps_lb is the largest eps 
 P[Binomial(r, e^eps/(1+e^eps)) >= v] plus their delta term, 2 m delta max_i P[v > Bin >= v - i] / i) is below
 alpha. One training run: the bound is weak at small eps (their Figure 1), never a false alarm.
 
+**White-box release checks** (issue 46; `audit.whitebox=on`, the default): privfair knows more than any black
+box, since every noisy release goes through its ledger and its noise source. `whitebox` traces
+`audit.whitebox_fits` fits (each ledger entry and each draw with its value before noise, scale and output) and
+checks that every draw is paid for by an entry (`ledger`), that the ledger's composition is at least an
+independent one by dp-accounting's PLD and RDP accountants (`accounting`), that the noise has the scale and law
+its entry claims (`calibration`: Kolmogorov-Smirnov on the probability integral transforms, a z-test of the
+exponential mechanism's choices), and that no release's query moves between neighbours (corner canaries, removed
+records, an adversarial D with one label and group, replace-one pairs where the sensitivity is stated for them)
+by more than its declared sensitivity (`sensitivity`, the neighbour's fit replayed with the same noise). `sgd`
+observes DP-SGD inside its trainer: clipped per-example norms <= C, the noise of each step ~ N(0, sigma^2 C^2),
+Binomial(n, q) batches under the Poisson accountant. A failed check fails the audit whatever the bound. `mutants`
+is the catalogue of deliberately broken variants every audit must flag (`make audit-mutants`).
+
 Results go to a run folder (`audit.json`, `histogram.png` of the two output distributions), `results/audit/...`
 unless `audit.out=` names one. `python -m privfair_cli.tools.audit --all` (`make audit`) audits every registered
 private algorithm (plugin.private) on small data and writes `results/audit/summary.json` and `docs/audit.md`.
@@ -59,7 +72,9 @@ One module per concern, one per kind of check:
 - `replay`: the release view: the recording noise source, the replay of the neighbouring fit, the transcript's
   likelihood;
 - `distinguishing`, `one_run`: the two checks on a plugin; `run.audit` picks one by `audit.mode`;
-- `controls`: the same test on the mechanisms themselves, correct and broken;
+- `whitebox`, `sgd`: the white-box release checks, of every release through the ledger and of DP-SGD;
+- `mutants`: the mutant catalogue (test-only patches, one bug each) and its audit;
+- `controls`: the same test on the mechanisms themselves, correct and broken, and the tightness rows;
 - `report`: an audit's result (`Report`) and its run folder; `suite`: `make audit`; `page`: docs/audit.md;
 - `cli`: `privfair audit` (`cmd_audit`) and `python -m privfair_cli.tools.audit`.
 """

@@ -66,7 +66,8 @@ def line(rep: Report) -> str:
     claim = f"eps={rep.eps_claimed:.4g}" + (f", delta={rep.delta_claimed:.3g}" if rep.delta_claimed else "")
     checks = rep.details.get("whitebox") or []
     failed = [c for c in checks if c["verdict"] == "fail"]
-    wb = (f"; white-box: {len(checks) - len(failed)} of {len(checks)} checks pass" if checks else "")
+    count = {v: sum(c["verdict"] == v for c in checks) for v in ("pass", "fail", "skipped")}
+    wb = ("; white-box checks: " + ", ".join(f"{n} {v}" for v, n in count.items() if n) if checks else "")
     return (f"{rep.algo} on {rep.data}: empirical eps >= {rep.eps_lb:.3f} at {rep.confidence:.0%} confidence "
             f"({rep.mode}){wb}; claimed {claim} ({rep.guarantee}): {rep.verdict.upper()}"
             + "".join(f"\n  {c['name']}: FAIL: {c['detail']}" for c in failed))

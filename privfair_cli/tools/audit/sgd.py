@@ -15,7 +15,11 @@ parameters before and after every update (`_update`), from which the noise actua
 - `accounting`: the ledger against dp-accounting's PLD and RDP composition of its subsampled Gaussians
   (`whitebox.check_accounting`).
 
-Runs with momentum are checked except for the noise (the update is no longer a function of one step's noise).
+- `dpsgd_one_run`: the white-box one-run audit with Dirac gradient canaries (`one_run_white_box`), a lower
+  bound on eps from one more training run; above the claim it fails.
+
+Runs with momentum are checked except for the noise and the one-run audit (the update is no longer a function of
+one step's noise).
 The noisy group counts of DPSGD-F and Naive are drawn from numpy and are not checked.
 """
 
@@ -109,7 +113,7 @@ def checks(s: Setup, opts: dict) -> list[Check]:
     with instrumented() as log:
         _, ledger = fit(s, s.table, (opts["seed"], 48))
     entry = _gradient_entry(ledger)
-    out = [check_accounting(ledger)]
+    out = [check_accounting(ledger), one_run_white_box(s, opts)]
     if entry is None or not log.sizes:
         return out + [Check("dpsgd", "skipped", "no subsampled Gaussian in the ledger or no training step")]
     sigma, q = float(entry.extra["sigma"]), float(entry.extra["q"])
@@ -156,3 +160,86 @@ def checks(s: Setup, opts: dict) -> list[Check]:
         out.append(Check("dpsgd_batches", "pass", f"{T} batch sizes consistent with Binomial(n={n}, q={q:.4g}) "
                          f"(total p = {p_total:.2g}, dispersion p = {p_disp:.2g})", figs))
     return out
+
+
+# ------------------------------------------------------------------------------------------ white-box one run
+@contextlib.contextmanager
+def dirac_canaries(m: int, rng: np.random.Generator):
+    """Within the block, every update of the trainer carries `m` gradient canaries (Nasr et al. 2023's Dirac
+    canaries): canary i is the gradient sign_i C e_{k_i} on its own coordinate k_i of the parameters, a clipped
+    per-example gradient like any other; it is in the training set with probability 1/2 and, when in, in each
+    batch with the run's Poisson rate q. The released noisy sums (recovered from the parameters before and after
+    each update, as in `instrumented`) less the clipped sum of the real examples, which a white-box auditor
+    knows, give each canary its score sum_t sign_i (g_t - sum_t)[k_i]: its own contributions plus the noise."""
+    import torch
+
+    from privfair_cli.algorithms import dpsgd_trainer as tr
+
+    state: dict = {"n": 0}
+    real_batches, real_update = tr.batches, tr._update
+
+    def batches(n, cfg, rng_):
+        state["n"] = n
+        yield from real_batches(n, cfg, rng_)
+
+    def update(params, summed, C, cfg, gen, velocity=None):
+        if velocity is not None:
+            state["momentum"] = True
+            return real_update(params, summed, C, cfg, gen, velocity)
+        sizes = [p.numel() for p in params]
+        if "coords" not in state:
+            k = min(m, sum(sizes))
+            state.update({"coords": rng.choice(sum(sizes), k, replace=False), "signs": rng.choice([-1.0, 1.0], k),
+                          "included": rng.random(k) < 0.5, "score": np.zeros(k), "steps": 0})
+        q = cfg.batch_size / max(state["n"], 1)
+        sampled = state["included"] & (rng.random(len(state["coords"])) < q)
+        clean = torch.cat([s.detach().reshape(-1).double() for s in summed])
+        flat = clean.clone()
+        flat[torch.as_tensor(state["coords"][sampled])] += torch.as_tensor(state["signs"][sampled] * C)
+        parts = list(torch.split(flat, sizes))
+        injected = [x.reshape(s.shape).to(s.dtype) for x, s in zip(parts, summed, strict=True)]
+        before = torch.cat([p.detach().reshape(-1).double() for p in params])
+        real_update(params, injected, C, cfg, gen, velocity)
+        decay = cfg.l2 if cfg.l2_mode == "after_noise" else 0.0
+        after = torch.cat([(p.detach().double() / (1 - cfg.lr * decay) if decay and p.dim() > 1 else
+                            p.detach().double()).reshape(-1) for p in params])
+        g = ((before - after) * cfg.batch_size / cfg.lr - clean).cpu().numpy()  # noise + canaries
+        state["score"] += state["signs"] * g[state["coords"]]
+        state["steps"] += 1
+
+    tr.batches, tr._update = batches, update
+    try:
+        yield state
+    finally:
+        tr.batches, tr._update = real_batches, real_update
+
+
+def one_run_white_box(s: Setup, opts: dict) -> Check:
+    """The white-box one-run audit (Steinke, Nasr and Jagielski 2023 with Dirac gradient canaries): one training
+    run with `audit.canaries` canaries (at most one per parameter), the highest and lowest
+    `audit.guess_fraction` of scores guessed in and out, `bounds.one_run_eps` on the correct guesses. With the
+    noise removed every included canary is told apart, so a bound of 0 here is not a blind test."""
+    from privfair_cli.tools.audit.bounds import one_run_eps, refutes
+
+    rng = np.random.default_rng([opts["seed"], 49])
+    with dirac_canaries(opts["canaries"], rng) as state:
+        _, ledger = fit(s, s.table, (opts["seed"], 49))
+    if state.get("momentum"):
+        return Check("dpsgd_one_run", "skipped", "momentum: the update mixes the steps' noise")
+    if "coords" not in state:
+        return Check("dpsgd_one_run", "skipped", "no training step")
+    eps, delta = ledger.spent()
+    score, included = state["score"], state["included"]
+    m = len(score)
+    k = max(1, int(opts["guess_fraction"] * m))
+    order = np.argsort(score, kind="stable")
+    v = int(included[order[-k:]].sum() + (~included[order[:k]]).sum())
+    lb = one_run_eps(m, 2 * k, v, delta, opts["confidence"])
+    from privfair_cli.tools.audit.whitebox import independent_eps
+
+    tight = min(independent_eps(ledger).values())  # the composition's own tight figure (PLD) where it has one
+    figs = {"canaries": m, "guesses": 2 * k, "correct": v, "eps_lb": lb, "eps_claimed": eps, "eps_pld": tight,
+            "ratio": lb / eps if eps else 0.0, "steps": state["steps"]}
+    what = (f"{m} Dirac gradient canaries, {v} of {2 * k} guesses right: eps >= {lb:.3f} against the claim "
+            f"{eps:.4g} ({lb / eps if eps else 0:.2f} of it; the PLD composition of the same steps: {tight:.4g})")
+    return Check("dpsgd_one_run", "fail" if refutes(lb, eps) else "pass", what, figs)

@@ -23,7 +23,8 @@ SUITE_EXTRA = {"generator": ["algo.mlp_epochs=1"],  # the downstream MLP is not 
 # Algorithms whose kind's default card or extras do not fit them: their own (card, extra overrides).
 SUITE_ALGO = {"ffpdg": ("compas_ffpdg", []), "ron_gauss": ("compas_ffpdg", []),
               "dpsgd_es": ("compas", ["algo.batch_size=64"])}  # the audit sample has fewer rows than b = 256
-SUITE_ALGO_TRIALS = {"crfs": 100}  # a CR-FS fit grows a random forest per candidate feature set
+# A CR-FS fit grows a random forest per candidate feature set; the correlated-DP classifiers fit one per trial too.
+SUITE_ALGO_TRIALS = {"crfs": 100, "cdp_zhu": 100, "cdp_group": 100}
 
 
 def suite(names: list[str] | None = None, root: Path = ROOT) -> list[dict]:
