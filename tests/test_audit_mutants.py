@@ -193,3 +193,13 @@ def test_white_box_one_run_audit_of_dpsgd():
     with mutants.dpsgd_no_noise():  # 1560 guesses: enough, all right, to refute eps = 4 at 99%
         bad = sgd.one_run_white_box(s, opts | {"guess_fraction": 0.1})
     assert bad.figures["correct"] == bad.figures["guesses"] and bad.verdict == "fail", bad.detail
+
+
+@pytest.mark.parametrize(("item", "says"), [("audit.whitebox=maybe", "on | off"),
+                                            ("audit.whitebox_fits=0", "an integer >= 1")])
+def test_white_box_options_are_checked(item, says):
+    from privfair_cli.errors import ConfigError
+    from privfair_cli.tools.audit import options
+
+    with pytest.raises(ConfigError, match=says):
+        options.options([item])

@@ -36,6 +36,7 @@ from privfair_cli.tools.audit.fitting import Setup, fit
 from privfair_cli.tools.audit.whitebox import PVALUE, REL_TOL, Check, check_accounting
 
 MAX_NOISE = 500_000  # noise coordinates kept for the goodness-of-fit test (a random subset beyond)
+MIN_CANARIES = 100  # the one-run audit is skipped where the model has fewer parameters (one canary each)
 
 
 def applies(s: Setup) -> bool:
@@ -221,6 +222,9 @@ def one_run_white_box(s: Setup, opts: dict) -> Check:
     noise removed every included canary is told apart, so a bound of 0 here is not a blind test."""
     from privfair_cli.tools.audit.bounds import one_run_eps, refutes
 
+    if s.table.d + 1 < MIN_CANARIES:
+        return Check("dpsgd_one_run", "skipped", f"a model of about {s.table.d + 1} parameters holds too few Dirac "
+                     f"canaries (fewer than {MIN_CANARIES}) for a bound")
     rng = np.random.default_rng([opts["seed"], 49])
     with dirac_canaries(opts["canaries"], rng) as state:
         _, ledger = fit(s, s.table, (opts["seed"], 49))

@@ -106,7 +106,8 @@ def mutant_rows(root: Path = ROOT, names: list[str] | None = None) -> list[dict]
         t0 = time.perf_counter()
         rep = mutants.audit_mutant(None, overrides)
         rows.append({"mutant": "none (correct)", "bug": "-", "config": " ".join(overrides), "expect": "-",
-                     "fast": True, "verdict": rep.verdict, "flagged_by": mutants.flagged_by(rep),
+                     "fast": "algo=privpc" not in overrides, "verdict": rep.verdict,
+                     "flagged_by": mutants.flagged_by(rep),
                      "seconds": round(time.perf_counter() - t0, 1)})
         print(f"correct {' '.join(overrides)}: {rep.verdict}", flush=True)
     root.mkdir(parents=True, exist_ok=True)
