@@ -24,7 +24,8 @@ SUITE_EXTRA = {"generator": ["algo.mlp_epochs=1"],  # the downstream MLP is not 
 SUITE_ALGO = {"ffpdg": ("compas_ffpdg", []), "ron_gauss": ("compas_ffpdg", []),
               "dpsgd_es": ("compas", ["algo.batch_size=64"])}  # the audit sample has fewer rows than b = 256
 # A CR-FS fit grows a random forest per candidate feature set; the correlated-DP classifiers fit one per trial too.
-SUITE_ALGO_TRIALS = {"crfs": 100, "cdp_zhu": 100, "cdp_group": 100}
+SUITE_ALGO_TRIALS = {"crfs": 40, "cdp_zhu": 100, "cdp_group": 100}
+SUITE_WHITEBOX_FITS = {"crfs": 10}  # traced fits of the white-box checks where a fit costs seconds
 
 
 def suite(names: list[str] | None = None, root: Path = ROOT) -> list[dict]:
@@ -46,6 +47,8 @@ def suite_row(name: str, cls, root: Path) -> dict:
     rdp = cls.kind == "classifier" and cls.accountant == "rdp"
     extra = SUITE_EXTRA.get("classifier_rdp" if rdp else cls.kind, [])
     opts = {"trials": SUITE_ALGO_TRIALS.get(name, SUITE_TRIALS.get(cls.kind, 100))}
+    if name in SUITE_WHITEBOX_FITS:
+        opts["whitebox_fits"] = SUITE_WHITEBOX_FITS[name]
     data = SUITE_DEFAULT.get(cls.kind)
     data, extra = SUITE_ALGO.get(name, (data, extra))
     if cls.kind == "classifier" and not hasattr(cls, "predict_proba") and not hasattr(cls, "audit_statistic"):
