@@ -203,3 +203,20 @@ def test_white_box_options_are_checked(item, says):
 
     with pytest.raises(ConfigError, match=says):
         options.options([item])
+
+
+def test_noise_drawn_from_the_generator_is_checked_against_its_entry():
+    """lapmech draws its table's Laplace noise from the generator itself after paying for it: such draws are
+    paired with the entry and their law checked (here drawn at half the entry's scale: a failure)."""
+    def direct(half):
+        def body(trace, ledger):
+            ledger.spend_pure("laplace", 1.0, 1.0, "table")
+            trace.laplace(0.0, 0.5 if half else 1.0, size=2000)
+        return body
+
+    rng = np.random.default_rng(1)
+    good, _ = _trace(direct(False))
+    assert whitebox.check_ledger([good]).verdict == "pass"
+    assert whitebox.check_calibration([good], rng).verdict == "pass"
+    bad = whitebox.check_calibration([_trace(direct(True))[0]], rng)
+    assert bad.verdict == "fail" and "below the 1" in bad.detail

@@ -70,9 +70,10 @@ WHITEBOX = """
 Beside the bound, every audit runs the white-box checks of `privfair_cli/tools/audit/whitebox.py` (and `sgd.py`
 for DP-SGD) on 30 traced fits and a search over neighbours; any failed check fails the audit, whatever the bound.
 
-- `ledger`: every noise draw of privfair's noise source is paid for by its own ledger entry. A pass does not
-  cover noise an algorithm draws with its own sampler (lapmech's chunked table, the correlated mechanisms' output
-  perturbation, FFPDG's and RON-Gauss's per-row noise, PATE-GAN's votes after them): those releases are not seen.
+- `ledger`: every noise draw of privfair's noise source (its mechanisms, and Laplace or Gaussian noise a plugin
+  takes from the generator itself, like lapmech's table) is paid for by its own ledger entry. A pass does not
+  cover noise drawn with other samplers (the correlated mechanisms' Gamma-norm output perturbation, DP-SGD's
+  torch noise, checked by `sgd`): those releases are not seen.
 - `accounting`: the ledger's (eps, delta) is at least the composition of its entries by dp-accounting's PLD or RDP
   accountant, or by the sum of their eps. It checks the arithmetic of composition, not that each entry is right.
 - `calibration`: each draw's scale is at least what its entry implies, and the noise actually added follows the
@@ -95,9 +96,10 @@ for DP-SGD) on 30 traced fits and a search over neighbours; any failed check fai
   (tests/test_audit_mutants.py, slow).
 
 By algorithm: the functional mechanisms (privlr, pflr, pflr_star, pdfc, adfc, relaxed_fm) and MST, PreFair and
-PFDR release everything through the mechanisms, so all four checks apply; lapmech, cdp_*, crfs, dpne, dpm,
-ffpdg and ron_gauss draw some or all noise outside them and are covered by the bound and by `accounting` only
-where nothing is seen; privpc's selection scores move by more than their declared sensitivity 1 (its guarantee is
+PFDR, crfs, dpm, ffpdg and ron_gauss release through the mechanisms, so all four checks apply; lapmech and dpne
+draw their noise from the generator after paying for it (ledger, accounting and calibration apply, not
+sensitivity: the value before noise is not seen); cdp_zhu and cdp_group draw Gamma-norm noise, so only
+`accounting` applies; privpc's selection scores move by more than their declared sensitivity 1 (its guarantee is
 `heuristic` for that reason: the greedy score's sensitivity is unproven). Lower bound / claim is the tightness of
 the bound alone: near 0 means the statistical test says nothing at these trials, not that the claim is tight.
 """

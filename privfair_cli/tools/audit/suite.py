@@ -25,7 +25,7 @@ SUITE_ALGO = {"ffpdg": ("compas_ffpdg", []), "ron_gauss": ("compas_ffpdg", []),
               "dpsgd_es": ("compas", ["algo.batch_size=64"])}  # the audit sample has fewer rows than b = 256
 # A CR-FS fit grows a random forest per candidate feature set; the correlated-DP classifiers fit one per trial too.
 SUITE_ALGO_TRIALS = {"crfs": 40, "cdp_zhu": 100, "cdp_group": 100}
-SUITE_WHITEBOX_FITS = {"crfs": 10}  # traced fits of the white-box checks where a fit costs seconds
+SUITE_WHITEBOX_FITS = {"crfs": 10, "lapmech": 10}  # traced fits of the white-box checks where a fit costs seconds
 
 
 def suite(names: list[str] | None = None, root: Path = ROOT) -> list[dict]:

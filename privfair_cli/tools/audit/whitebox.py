@@ -79,22 +79,42 @@ class Check:
 
 
 class Trace(Recording):
-    """The release view's recording noise source that also keeps, in order, the ledger entries the fit makes:
-    `events` holds ("spend", entry) and ("draw", k) with k the index of the draw in `log`."""
+    """The release view's recording noise source that also keeps, in order, the ledger entries the fit makes and
+    every draw: `events` holds ("spend", entry) and ("draw", k), k indexing `draws`, whose items are (kind, value
+    before noise, scale, output, direct). A direct draw is Laplace or Gaussian noise a plugin takes from the
+    generator itself after paying for it (lapmech's table, drawn in chunks): its value is unknown (zeros), so it
+    is checked for its entry and its law, not for its sensitivity."""
 
     def __init__(self, seed, replay=None, row_ids=None):
         super().__init__(seed, replay, row_ids)
         self.events: list[tuple] = []
+        self.draws: list[tuple] = []
 
     def _add(self, value, scale, kind):
         out = super()._add(value, scale, kind)
-        self.events.append(("draw", len(self.log) - 1))
+        self.draws.append(self.log[-1] + (False,))
+        self.events.append(("draw", len(self.draws) - 1))
         return out
 
     def select(self, logits):
         i = super().select(logits)
-        self.events.append(("draw", len(self.log) - 1))
+        self.draws.append(self.log[-1] + (False,))
+        self.events.append(("draw", len(self.draws) - 1))
         return i
+
+    def _direct(self, kind, loc, scale, out):
+        if not self.in_release:
+            noise = np.asarray(out, dtype=float) - np.asarray(loc, dtype=float)
+            self.draws.append((kind, np.zeros_like(noise), np.broadcast_to(np.asarray(scale, dtype=float),
+                                                                            noise.shape).copy(), noise, True))
+            self.events.append(("draw", len(self.draws) - 1))
+        return out
+
+    def laplace(self, loc=0.0, scale=1.0, size=None):
+        return self._direct("laplace", loc, scale, super().laplace(loc, scale, size))
+
+    def normal(self, loc=0.0, scale=1.0, size=None):
+        return self._direct("gaussian", loc, scale, super().normal(loc, scale, size))
 
 
 @contextlib.contextmanager
@@ -127,12 +147,35 @@ class Release:
     draws: list[int]
 
 
+def paid_direct(trace: Trace) -> list[tuple]:
+    """The trace's events without the direct draws that are not privacy noise: a direct draw counts only right
+    after a ledger entry (no mechanism draw between) or right after a counted direct draw of the same kind and
+    scale (a release drawn in chunks); any other (an initialisation, a shuffle's noise) is the plugin's own
+    randomness and is left out, so a direct draw is never taken for a release outside the ledger."""
+    kept, pending, last = [], False, None
+    for ev in trace.events:
+        if ev[0] == "spend":
+            kept.append(ev)
+            pending, last = True, None
+            continue
+        kind, _, scale, _, direct = trace.draws[ev[1]]
+        if not direct:
+            kept.append(ev)
+            pending, last = False, None
+            continue
+        sig = (kind, tuple(np.unique(scale).tolist()))
+        if pending or sig == last:
+            kept.append(ev)
+            pending, last = False, sig
+    return kept
+
+
 def releases(trace: Trace) -> tuple[list[Release], list[str]]:
     """The trace's releases, each with its entry, and the problems found (draws with no entry of their own)."""
     out, problems = [], []
     pending, current, prev_was_draw = None, None, False
     unpaid = []  # releases drawn before any entry: paid by the next entry (PATE-GAN spends after its votes)
-    for ev in trace.events:
+    for ev in paid_direct(trace):
         if ev[0] == "spend":
             pending = ev[1]
             if unpaid:
@@ -148,18 +191,18 @@ def releases(trace: Trace) -> tuple[list[Release], list[str]]:
         current = Release(pending, [k])
         if pending is None:
             if out and out[-1].entry is not None:
-                problems.append(f"draw {k} ({trace.log[k][0]}) has no ledger entry of its own: a release outside "
+                problems.append(f"draw {k} ({trace.draws[k][0]}) has no ledger entry of its own: a release outside "
                                 f"the ledger")
             else:
                 unpaid.append(current)
         out.append(current)
         pending, prev_was_draw = None, True
     for rel in unpaid:
-        problems.append(f"draw {rel.draws[0]} ({trace.log[rel.draws[0]][0]}) is never paid for by a ledger entry")
+        problems.append(f"draw {rel.draws[0]} ({trace.draws[rel.draws[0]][0]}) is never paid for by a ledger entry")
     for rel in out:
-        kinds = {trace.log[k][0] for k in rel.draws}
-        scales = {float(np.unique(trace.log[k][2])[0]) for k in rel.draws
-                  if trace.log[k][2] is not None and np.unique(trace.log[k][2]).size == 1}
+        kinds = {trace.draws[k][0] for k in rel.draws}
+        scales = {float(np.unique(trace.draws[k][2])[0]) for k in rel.draws
+                  if trace.draws[k][2] is not None and np.unique(trace.draws[k][2]).size == 1}
         if len(kinds) > 1 or len(scales) > 1:
             problems.append(f"draws {rel.draws[0]}..{rel.draws[-1]} mix {sorted(kinds)} noise of scales "
                             f"{sorted(scales)} under one entry ({rel.entry.mechanism if rel.entry else '-'}): "
@@ -195,7 +238,7 @@ def check_ledger(traces: list[Trace]) -> Check:
         rels, p = releases(trace)
         problems += p
         n_rel += len(rels)
-        n_draws += len(trace.log)
+        n_draws += sum(ev[0] == "draw" for ev in paid_direct(trace))
     if not n_draws:
         return Check("ledger", "skipped", "no draw through privfair's noise source (noise drawn elsewhere)")
     if problems:
@@ -302,7 +345,7 @@ def check_calibration(traces: list[Trace], rng: np.random.Generator) -> Check:
         for rel in rels:
             want = None if rel.entry is None else implied_scale(rel.entry)
             for k in rel.draws:
-                kind, v, scale, out = trace.log[k]
+                kind, v, scale, out, _ = trace.draws[k]
                 if kind == "select":
                     p = np.exp(v - np.logaddexp.reduce(v[np.isfinite(v)])) if np.isfinite(v).any() else None
                     if p is None:
@@ -494,16 +537,18 @@ def check_sensitivity(s: Setup, pairs: list[tuple], key: tuple) -> Check:
         for rel in rels:
             e = rel.entry
             if e is None or (e.sensitivity is None and not e.mechanism.endswith("heterogeneous")
-                             and primary.log[rel.draws[0]][0] != "select"):
+                             and primary.draws[rel.draws[0]][0] != "select"):
                 continue
-            kind = primary.log[rel.draws[0]][0]
+            kind = primary.draws[rel.draws[0]][0]
+            if any(primary.draws[k][4] for k in rel.draws) or len(shadow.draws) != len(primary.draws):
+                continue  # a direct draw's value is unknown
             if kind == "select":
-                obs_list = [release_change(e, kind, None, shadow.log[k][1] - primary.log[k][1], None)
+                obs_list = [release_change(e, kind, None, shadow.draws[k][1] - primary.draws[k][1], None)
                             for k in rel.draws]
                 obs = max(obs_list, key=lambda t: t[0])
             else:
-                dv = np.concatenate([np.ravel(shadow.log[k][1] - primary.log[k][1]) for k in rel.draws])
-                sc = np.concatenate([np.ravel(primary.log[k][2]) for k in rel.draws])
+                dv = np.concatenate([np.ravel(shadow.draws[k][1] - primary.draws[k][1]) for k in rel.draws])
+                sc = np.concatenate([np.ravel(primary.draws[k][2]) for k in rel.draws])
                 obs = release_change(e, kind, sc, dv, None)
             name = f"{e.mechanism}: {e.note}" if e.note else e.mechanism
             label = name.split(" round ")[0].split(" node ")[0]
@@ -542,13 +587,14 @@ def whitebox(s: Setup, opts: dict, progress) -> list[Check]:
         _, ledger, trace = traced_fit(s, s.table, (seed, 46, t))
         traces.append(trace)
         ledgers.append(ledger)
-        if not trace.log and t == 0:
+        if not trace.draws and t == 0:
             break
     progress(f"white-box checks on {len(traces)} traced fits")
     out = [check_ledger(traces), check_accounting(ledgers[0]), check_calibration(traces, rng)]
-    if traces[0].log:
+    if traces[0].log:  # releases through the mechanisms, whose values before noise are known
         progress("sensitivity search over neighbours")
         out.append(check_sensitivity(s, neighbours(s, rng), (seed, 47)))
     else:
-        out.append(Check("sensitivity", "skipped", "no draw through privfair's noise source"))
+        out.append(Check("sensitivity", "skipped", "no release through privfair's mechanisms (a value before noise "
+                         "to compare)"))
     return out
