@@ -24,6 +24,10 @@ from privfair_cli.datasets import tabular
 from privfair_cli.errors import DataError
 
 SOURCES = ("csv", "kaggle_csv", "sklearn_breast_cancer")
+# The discrete view is always derived from the declared features (one column each, as the chapter encodes them),
+# never read from a card's `discrete:` section, so a view that rewrites that section (the enumerable view,
+# datasets/views.py) cannot apply to these tables (schema.derivable_views).
+CARD_DISCRETE = False
 
 
 def read(paths, card) -> pd.DataFrame:

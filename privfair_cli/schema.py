@@ -322,13 +322,21 @@ def derivable_views(card: dict, declared: set[str]) -> set[str]:
     held_out = (card.get("test_size", 0.2) or 0) > 0  # a pool needs labelled test rows to score on
     if card.get("unlabelled_size", AUTO) == AUTO and {"binary_label", "features"} <= declared and held_out:
         out.add("unlabelled_pool")  # a semi-supervised run hides DEFAULT_UNLABELLED of the labels (`validate`)
-    if "discrete" in declared and "enumerable" not in declared and views_lib.enumerable_view(card) is not None:
+    if "discrete" in declared and "enumerable" not in declared and reads_card_discrete(card) \
+            and views_lib.enumerable_view(card) is not None:
         out.add("enumerable")
     if {"discrete", "binary_label", "sensitive"} <= declared and "causal_graph" not in declared:
         out.add("causal_graph")
     if "discrete" in declared and "onehot" not in declared:
         out.add("onehot")
     return out
+
+
+def reads_card_discrete(card: dict) -> bool:
+    """Whether the card's loaders build its discrete view from its `discrete:` section (a loader module that derives
+    its own says `CARD_DISCRETE = False`, e.g. crfs_tables): only then can the enumerable view rewrite it."""
+    loaders = (card.get("loader") or data_lib.DEFAULT_LOADER, card.get("base_loader"))
+    return all(getattr(data_lib.loader_module({"loader": name}), "CARD_DISCRETE", True) for name in loaders if name)
 
 
 def declared_views(card: dict) -> set[str]:
