@@ -93,7 +93,7 @@ def test_the_guard_passes_on_its_record_and_fails_when_a_metric_constant_or_the_
     assert outcome.ok and (outcome.rerun, outcome.cuda) == (0, 1)
 
 
-def test_an_experiment_without_a_record_is_reported_as_not_covered(tmp_path, monkeypatch):
+def test_cells_without_a_run_record_are_not_run_and_counted(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     root = tmp_path / "results" / "reproduce" / CHEAP
     root.mkdir(parents=True)
@@ -101,12 +101,13 @@ def test_an_experiment_without_a_record_is_reported_as_not_covered(tmp_path, mon
     committed = pd.read_csv(real)
     committed.to_csv(root / "comparison.csv", index=False, float_format="%.4f")
     records.path_of(root).unlink(missing_ok=True)
-    rp.reproduce(CHEAP, [], run=False, update_canonical=True)  # the committed numbers, re-judged, recorded = no
+    rp.reproduce(CHEAP, [], run=False, update_canonical=True)  # the committed numbers kept, recorded = no
     outcome = regress.check(CHEAP)
-    assert outcome.ok and outcome.recorded == 0 and outcome.note == "no run record: not covered"
+    numbered = int(committed["ours_mean"].notna().sum())
+    assert outcome.ok and outcome.recorded == 0 and outcome.cells == 0 and outcome.unrecorded == numbered > 0
+    assert outcome.note == f"no run record: {numbered} cells not_run for want of one"
     line = regress.summary([outcome]).splitlines()[-1]
-    assert f"0 of {outcome.cells} compared cells touched; 1 experiments with compared cells have no run record" \
-        in line
+    assert f"0 of 0 compared cells touched; 1 experiments have no run record; {numbered} cells are not_run" in line
 
 
 def test_reproduce_all_ends_with_the_summary_and_wall_times(monkeypatch, capsys):

@@ -230,8 +230,8 @@ def test_a_subset_never_touches_the_canonical_comparison(tmp_path, monkeypatch):
 def test_the_record_is_deterministic_and_no_run_re_derives_the_comparison_from_it_alone(tmp_path, monkeypatch):
     """The full sweep's runs here are merged into runs.csv.gz and the canonical comparison is derived from it: the
     same runs give the same bytes, `--no-run` re-derives the same comparison with the run folders gone, a run
-    outside the sweep (algo.l2=5) never enters, and a committed cell no recorded run measures keeps its number,
-    re-judged, with `recorded` = no."""
+    outside the sweep (algo.l2=5) never enters, and a committed cell no recorded run measures keeps its number
+    with `recorded` = no, `not_run`, its reason saying what the number would be judged."""
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("PRIVFAIR_PROGRESS", "off")
     name = "xu2021_table8_1"
@@ -259,7 +259,8 @@ def test_the_record_is_deterministic_and_no_run_re_derives_the_comparison_from_i
     assert (after[lr].recorded == "yes").all() and (after[lr].runs == 2).all()
     kept = after[elsewhere]
     assert (kept.recorded == "no").all() and (kept.ours_mean == 0.5).all()
-    assert (kept.verdict == "deviates").all()  # re-judged from its numbers, not the committed "match"
+    assert (kept.verdict == "not_run").all()  # no record re-derives it: not a reproduction, whatever the number
+    assert kept.reason.str.startswith("no run record").all() and kept.reason.str.contains("would be `deviates`").all()
     assert (after[~lr & ~elsewhere].verdict == "not_run").all()
 
     text = (root / "comparison.csv").read_text()

@@ -337,11 +337,12 @@ def _provenance(e: Experiment) -> str:
         return (f"**No run record yet** (`results/reproduce/{e.name}/{records.FILE}` is absent): the "
                 + (f"{numbered} numbers" if numbered > 1 else "number") + " of this comparison come"
                 + "s" * (numbered == 1) + " from runs made before run records existed and cannot be re-derived "
-                "here (`recorded` = no); the regression guard does not cover them.")
+                "here (`recorded` = no): their cells are `not_run`, each reason saying what its number would be "
+                "judged.")
     text = f"Run record: [`{records.FILE}`](../results/reproduce/{e.name}/{records.FILE}), {records.summary(e.record)}."
     if without:
         text += (f" **{without} cells have no run behind them in the record** (`recorded` = no): their numbers come "
-                 "from an earlier comparison and cannot be re-derived here.")
+                 "from an earlier comparison and cannot be re-derived here, so they are `not_run`.")
     return text
 
 

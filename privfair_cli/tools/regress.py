@@ -16,7 +16,7 @@ Two checks per experiment, neither of which writes anything committed:
    `device` column keeps them apart. Runs trained as one seed group (`seeds_batched`) are re-run as that group.
 
 It ends with its coverage: `N of M recorded runs re-run, K of L compared cells touched` (a cell is touched when at
-least one run it reads was re-run; the cells of experiments without a run record count as not touched).
+least one run it reads was re-run), and the cells that are `not_run` for want of a run record.
 """
 
 from __future__ import annotations
@@ -50,6 +50,7 @@ class Outcome:
     rerun: int = 0  # of them re-run and compared
     cuda: int = 0  # recorded on a CUDA device: out of the exact check
     cells: int = 0  # compared cells of the canonical comparison
+    unrecorded: int = 0  # cells with a number no run record gives: not_run (reproduce._row)
     touched: int = 0  # of them read at least one re-run run
     seconds: float = 0.0
     note: str = ""  # why nothing was re-run
@@ -181,9 +182,11 @@ def check(name: str, budget: float = BUDGET) -> Outcome:
     committed = pd.read_csv(committed_csv, dtype=str, keep_default_na=False) if committed_csv.is_file() else None
     if committed is not None:
         outcome.cells = int(committed["verdict"].isin(COMPARED).sum())
+        outcome.unrecorded = int((committed.get("recorded", pd.Series(dtype=str)) == "no").sum())
     record = records.read(root)
     if record is None or record.empty:
-        outcome.note = "no run record: not covered" if outcome.cells else "no run record, no compared cell"
+        outcome.note = "no run record" + (f": {outcome.unrecorded} cells not_run for want of one"
+                                           if outcome.unrecorded else ", no compared cell")
         return outcome
     outcome.recorded = len(record)
     outcome.cuda = int((record["device"].fillna("") == "cuda").sum())
@@ -218,10 +221,11 @@ def summary(outcomes: list[Outcome]) -> str:
     for o in outcomes:
         lines += [f"FAIL {o.name}: {f}" for f in o.failures]
     runs = sum(o.recorded for o in outcomes)
-    bare = [o.name for o in outcomes if not o.recorded and o.cells]
+    bare = [o.name for o in outcomes if not o.recorded]
     lines.append(f"coverage: {sum(o.rerun for o in outcomes)} of {runs} recorded runs re-run, "
                  f"{sum(o.touched for o in outcomes)} of {sum(o.cells for o in outcomes)} compared cells touched; "
-                 f"{len(bare)} experiments with compared cells have no run record (not covered)")
+                 f"{len(bare)} experiments have no run record; {sum(o.unrecorded for o in outcomes)} cells are "
+                 f"not_run for want of one (numbers no record re-derives)")
     return "\n".join(lines)
 
 

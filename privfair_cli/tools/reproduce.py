@@ -10,7 +10,8 @@ The experiment config (`configs/experiment/NAME.yaml`) holds the sweep (`hydra.s
   `results/reproduce/NAME/runs.csv.gz` (`privfair_cli.tools.records`), and the canonical comparison
   `results/reproduce/NAME/comparison.csv` is computed from that record read back, so `--no-run` re-derives it
   from the record alone, bit for bit (`derive`). A cell no recorded run measures keeps the number of the
-  committed comparison, re-judged, with `recorded = no` (comparisons older than their record); a cell with
+  committed comparison with `recorded = no` (comparisons older than their record) and is `not_run`, its reason
+  saying what the number would be judged (nothing re-derives it); a cell with
   neither is `not_run`;
 - `privfair reproduce NAME <overrides>` (a subset, or other settings): `results/reproduce/NAME/subsets/<slug>/`,
   built from the runs of that command's sweep; the record and the canonical comparison are left as they are.
@@ -61,6 +62,7 @@ Keys of the `reproduce:` block (REQUIRED, then optional):
 
 from __future__ import annotations
 
+import dataclasses
 import fnmatch
 import functools
 import hashlib
@@ -346,7 +348,9 @@ def key_of(spec: dict, dataset: str, metric: str, setting: dict[str, str]) -> st
 def _row(spec: dict, r, label: str, key: str, cell: Cell, reason: str | None, recorded: str = "yes",
          setting: str | None = None) -> list:
     """One comparison row: the cell's verdict (verdicts.judge), its reason and setting. `recorded` says where the
-    number comes from (the run record, or `no`: kept from a comparison without one, whose `setting` it keeps)."""
+    number comes from (the run record, or `no`: kept from a comparison without one, whose `setting` it keeps). A
+    number no run record stands behind cannot be re-derived, so its cell is `not_run` whatever it would be judged:
+    the number stays in the row and the reason says what it would be judged."""
     j = judge(r.metric, r.mean, r.std, cell.mean, cell.std, cell.n, spec.get("statistic", "mean"),
               substitute=r.dataset in set(spec.get("substitute") or []))
     # the reason the config gives this cell (a variant's own, the cell function's, else the experiment's)
@@ -356,6 +360,9 @@ def _row(spec: dict, r, label: str, key: str, cell: Cell, reason: str | None, re
         reason = cell.reason
     elif reason is None:  # a published cell: the experiment's reason where it does not match
         reason = stated if j.verdict != "match" else ""
+    if recorded == "no" and cell.n:
+        reason = f"{UNRECORDED} (on it the cell would be `{j.verdict}`)" + (f"; {reason}" if reason else "")
+        j = dataclasses.replace(j, verdict="not_run")
     if setting is None:
         notes = [text for pattern, text in (spec.get("key_notes") or {}).items() if fnmatch.fnmatch(key, pattern)]
         setting = ";".join([r.setting, *notes, *([cell.note] if cell.note else [])])
@@ -440,14 +447,15 @@ def _legacy(comparison: pd.DataFrame, committed: pd.DataFrame | None) -> dict[in
     for i, (new, old) in enumerate(zip(comparison.itertuples(index=False), committed.itertuples(index=False),
                                        strict=True)):
         n = 0 if pd.isna(old.runs) else int(old.runs)
-        if new.verdict == "not_run" and old.verdict != "not_run" and n and not pd.isna(old.ours_mean):
+        if new.verdict == "not_run" and (old.verdict != "not_run" or old.recorded == "no") and n \
+                and not pd.isna(old.ours_mean):
             out[i] = (Cell(float(old.ours_mean), float(old.ours_std), n), str(old.setting))
     return out
 
 
 def derive(spec: dict, record: pd.DataFrame | None, committed: pd.DataFrame | None) -> pd.DataFrame:
     """The canonical comparison: every cell the run `record` measures, from it; the other cells keep the number of
-    the `committed` comparison (re-judged, `recorded` = no) where it has one; the rest are not run."""
+    the `committed` comparison (`recorded` = no, `not_run`) where it has one; the rest are not run."""
     runs = records.runs_view(record) if record is not None else pd.DataFrame()
     published = pd.read_csv(published_dir() / spec["published"])
     fresh = compare(runs, published, spec)
@@ -599,6 +607,8 @@ def reproduce(name: str, overrides: list[str], run: bool = True, sweep_dir: Path
     comparison.attrs["out"] = out
     return comparison
 
+
+UNRECORDED = "no run record: runs made before run records existed gave this number, which cannot be re-derived"
 
 COLOURS = {"match": "green", "consistent": "cyan", "deviates": "red", "substitute": "yellow", "not_run": "dim",
            "not_comparable": "dim"}
