@@ -12,7 +12,8 @@ generic loader (`tabular.py`) reads its CSV or ARFF files as the card's `format:
   learners: the card's `discrete:` section, or derived from its declared `features` (`discrete_spec`);
 - `meta["row_id"]`: each row's position in the table as loaded (kept through subsampling and splitting).
 
-Files are looked up in `$PRIVFAIR_DATA_DIR/<subdir>/`, then `~/.cache/privfair/data/<subdir>/`, then downloaded
+Files are looked up in the card's own `dir:` (a user card's folder: absolute, `~`, or relative to the working
+directory), then `$PRIVFAIR_DATA_DIR/<subdir>/`, then `~/.cache/privfair/data/<subdir>/`, then downloaded
 from the card's `url`. Every file's sha256 is checked against the card on every load (unless `verify: false`);
 the digest is computed once per file per process (remembered by path, size, mtime and inode, in memory only).
 Parsed tables are cached (`store.py`: npz + JSON, a format that cannot run code) under
@@ -152,7 +153,7 @@ def file_digest(path: Path) -> str:
 def resolve_files(card: dict) -> list[Path]:
     """Paths of the card's files, downloading into the user cache when they are nowhere local."""
     subdir = card.get("subdir") or card["name"]
-    dirs = []
+    dirs = [Path(card["dir"]).expanduser()] if card.get("dir") else []  # a user card's own folder, first
     if os.environ.get("PRIVFAIR_DATA_DIR"):
         base = Path(os.environ["PRIVFAIR_DATA_DIR"]).expanduser()
         dirs += [base / subdir, base]

@@ -11,7 +11,7 @@ import copy
 import itertools
 from functools import lru_cache
 
-from privfair_cli.config import canonical_overrides, config_dir, data_choice, group_options
+from privfair_cli.config import canonical_overrides, config_dir, data_choice, group_options, searchpath_override
 from privfair_cli.errors import ConfigError
 
 GROUPS = ("data", "algo", "mechanism", "budget", "experiment")
@@ -51,7 +51,8 @@ def compose(overrides: list[str], with_hydra: bool = False):
     GlobalHydra.instance().clear()
     try:
         with initialize_config_dir(str(config_dir()), version_base=None):
-            return hydra_compose("config", overrides=canonical_overrides(overrides), return_hydra_config=with_hydra)
+            return hydra_compose("config", overrides=canonical_overrides(overrides) + searchpath_override(),
+                                 return_hydra_config=with_hydra)
     except Exception as err:
         lines = [ln.strip() for ln in str(err).strip().splitlines() if ln.strip()]
         raise ConfigError(" ".join(lines[:2]) if lines else type(err).__name__) from None

@@ -28,9 +28,76 @@ def config_dir() -> Path:
     return checkout if (checkout / "config.yaml").is_file() else here / "configs"
 
 
+# Folders of the user's own configs (`privfair run --config-dir DIR`, or this variable, several joined by the path
+# separator): their groups add to the shipped ones (`DIR/data/credit.yaml` is `data=credit`), and a name they share
+# with a shipped config replaces it. Hydra is given them as its search path.
+USER_CONFIG_ENV = "PRIVFAIR_CONFIG_PATH"
+
+
+def user_dirs() -> list[Path]:
+    """The user's config folders ($PRIVFAIR_CONFIG_PATH), first one first."""
+    return [Path(p).expanduser().resolve() for p in os.environ.get(USER_CONFIG_ENV, "").split(os.pathsep) if p]
+
+
+def search_dirs() -> list[Path]:
+    """Where a config is looked up: the user's folders, then the shipped `configs/`."""
+    return [*user_dirs(), config_dir()]
+
+
+def searchpath_override() -> list[str]:
+    """The Hydra override that adds the user's config folders to its search path (none without them)."""
+    dirs = user_dirs()
+    return [f"hydra.searchpath=[{','.join(f'file://{d}' for d in dirs)}]"] if dirs else []
+
+
+def add_user_dir(folder: Path) -> None:
+    """Put `folder` first among the user's config folders, for this process and the runs it starts."""
+    current = os.environ.get(USER_CONFIG_ENV, "")
+    os.environ[USER_CONFIG_ENV] = os.pathsep.join([str(Path(folder).expanduser().resolve())] +
+                                                  ([current] if current else []))
+
+
+def user_configs(args: list[str]) -> list[str]:
+    """`args` without `--config-dir DIR` (each DIR is added as a user config folder) and with `data=<path>.yaml` (a
+    card file anywhere) as `data=<its name>`, its folder made a user config folder for this process (a temporary
+    `data/` folder holding a link to it). Raises a one-line ConfigError for a missing folder or card file."""
+    import atexit
+    import shutil
+    import tempfile
+
+    out, it = [], iter(args)
+    for arg in it:
+        if arg == "--config-dir" or arg.startswith("--config-dir="):
+            folder = arg.partition("=")[2] or next(it, "")
+            if not folder or not Path(folder).expanduser().is_dir():
+                raise ConfigError(f"--config-dir {folder or '(missing)'}: not a folder; give a folder holding "
+                                  "data/, algo/ or experiment/ configs of your own")
+            add_user_dir(Path(folder))
+            continue
+        key, sep, value = arg.partition("=")
+        if sep and key.lstrip("+") == "data" and value.endswith((".yaml", ".yml")):
+            card = Path(value).expanduser()
+            if not card.is_file():
+                raise ConfigError(f"data={value}: no such card file; give a dataset name (privfair list) or the "
+                                  "path of a card .yaml of your own (docs/usage.md, 'Your own data')")
+            folder = Path(tempfile.mkdtemp(prefix="privfair-card-"))
+            atexit.register(shutil.rmtree, folder, True)
+            (folder / "data").mkdir()
+            (folder / "data" / f"{card.stem}.yaml").symlink_to(card.resolve())
+            add_user_dir(folder)
+            arg = f"{key}={card.stem}"
+        out.append(arg)
+    return out
+
+
+def find_config(group: str, name: str) -> Path | None:
+    """`<dir>/<group>/<name>.yaml` in the first search folder that has it."""
+    return next((p for d in search_dirs() if (p := d / group / f"{name}.yaml").is_file()), None)
+
+
 def group_options(group: str) -> list[str]:
-    """The options of a config group (for `data`: the datasets; their recipes: `recipes`)."""
-    return sorted(p.stem for p in (config_dir() / group).glob("*.yaml"))
+    """The options of a config group (for `data`: the datasets; their recipes: `recipes`), shipped and the user's."""
+    return sorted({p.stem for d in search_dirs() for p in (d / group).glob("*.yaml")})
 
 
 # Experiments are named `<first author><year>_<table>`; the paper-named prefixes they had before still work.
@@ -75,7 +142,7 @@ def experiment_name(name: str) -> str:
 
 def recipes(dataset: str) -> list[str]:
     """The recipes of a dataset card (`configs/data/<dataset>/<recipe>.yaml`)."""
-    return group_options(f"data/{dataset}") if (config_dir() / "data" / dataset).is_dir() else []
+    return group_options(f"data/{dataset}")
 
 
 def data_options() -> list[str]:
@@ -142,7 +209,7 @@ def default_data() -> str:
     """The `data` choice of configs/config.yaml's defaults list."""
     from omegaconf import OmegaConf
 
-    for entry in OmegaConf.load(config_dir() / "config.yaml").get("defaults", []):
+    for entry in OmegaConf.load(find_config(".", "config") or config_dir() / "config.yaml").get("defaults", []):
         if isinstance(entry, dict) or OmegaConf.is_dict(entry):
             if "data" in entry:
                 return str(entry["data"])
@@ -155,23 +222,22 @@ def load_card(name: str, recipe: str | None = None) -> dict:
     `name` may be a dataset, `<dataset>/<recipe>`, or an older card name (DATA_ALIASES)."""
     from omegaconf import OmegaConf
 
-    base = config_dir() / "data_defaults" / "default.yaml"
-    parts = [OmegaConf.load(base)] if base.is_file() else []
+    base = find_config("data_defaults", "default")
+    parts = [OmegaConf.load(base)] if base else []
     node = load_node("data", data_choice(name, recipe))
     return OmegaConf.to_container(OmegaConf.merge(*parts, node), resolve=True)
 
 
 def load_node(group: str, name: str, root: Path | None = None):
-    """`configs/<group>/<name>.yaml` merged over the configs its `defaults` list names (the composition Hydra does
-    for a group option), without Hydra; `root` is another checkout's `configs/`. As in Hydra, an entry is relative
+    """`configs/<group>/<name>.yaml` (or the user's, `find_config`) merged over the configs its `defaults` list
+    names (the composition Hydra does for a group option), without Hydra; `root` is another checkout's `configs/`. As in Hydra, an entry is relative
     to the folder of the config that names it (`files/adult`), or absolute from `configs/` (`/data/adult`);
     `@_here_` merges it into this node."""
     from omegaconf import OmegaConf, open_dict
 
-    root = root or config_dir()
-    path = root / group / f"{name}.yaml"
-    if not path.is_file():
-        options = data_options() if group == "data" and root == config_dir() else group_options(group)
+    path = root / group / f"{name}.yaml" if root else find_config(group, name)
+    if path is None or not path.is_file():
+        options = data_options() if group == "data" and root is None else group_options(group)
         raise ConfigError(f"{group}={name!r} is unknown; allowed: {', '.join(options)}")
     node = OmegaConf.load(path)
     with open_dict(node):

@@ -14,17 +14,20 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import itertools
 import os
 import signal
 import sys
 import tempfile
+import textwrap
 import threading
 import time
 import traceback
 from pathlib import Path
 
 from privfair_cli import compose, results, runid, threads  # noqa: F401 (runid: the ${run_id:} resolver)
-from privfair_cli.config import canonical_overrides, config_dir, data_options, experiment_name, group_options
+from privfair_cli.config import (canonical_overrides, config_dir, data_options, experiment_name, group_options,
+                                 searchpath_override, user_configs)
 from privfair_cli.errors import ConfigError, PrivfairError, ResultsError
 from privfair_cli.tools import watch
 from privfair_cli.tools.sweep import Outcome, summary_line
@@ -38,6 +41,7 @@ def run_hydra(args: list[str], debug: bool) -> int:
     from hydra.core.global_hydra import GlobalHydra
 
     multirun = any(a in ("-m", "--multirun") for a in args)
+    args = user_configs(args)  # --config-dir DIR, data=<card>.yaml: the user's own configs
     overrides = canonical_overrides([a for a in args if a not in ("-m", "--multirun")])  # older names, data.recipe
     if any(a.startswith("-") and "=" not in a for a in overrides):
         bad = next(a for a in overrides if a.startswith("-") and "=" not in a)
@@ -59,7 +63,8 @@ def run_hydra(args: list[str], debug: bool) -> int:
 
     GlobalHydra.instance().clear()
     try:
-        with _environment(env, ["privfair"] + (["--multirun"] if multirun else []) + overrides), \
+        with _environment(env, ["privfair"] + (["--multirun"] if multirun else []) + overrides
+                          + searchpath_override()), \
                 watch.prevalidated_sweep():
             task()
         if job.error is not None:
@@ -188,9 +193,59 @@ def _print_record(record: dict, run_dir: Path) -> None:
 
 
 # ------------------------------------------------------------------------------------------ list / report
-def cmd_list(_args) -> int:
-    """Algorithms (with the dataset views each needs), datasets (the views each card provides and the algorithms
-    that can run on it), the other config groups."""
+WIDTH = 118  # the compact `privfair list` fits a 120-column terminal
+
+
+def _about(name: str, width: int) -> str:
+    """`configs/algo/<name>.yaml`'s opening comment, cut to `width` characters."""
+    from privfair_cli.config import find_config
+
+    path = find_config("algo", name)
+    lines = path.read_text().splitlines() if path else []
+    text = " ".join(ln.lstrip("# ").strip() for ln in itertools.takewhile(lambda ln: ln.startswith("#"), lines))
+    return text if len(text) <= width else text[:width - 3].rstrip() + "..."
+
+
+def cmd_list(args) -> int:
+    """One line per algorithm config and per dataset, then the other config groups; `--detail`: the tables of the
+    views each algorithm needs, the guarantees, and the views each card provides with what runs on it."""
+    from privfair_cli import registry, schema
+    from privfair_cli.config import load_card, load_node, recipes
+
+    plugins = registry.load_plugins()
+    needs = {a: plugins[a].requirements(registry.defaults(a)) for a in plugins}
+    if args.detail:
+        return _list_detail(plugins, needs)
+    from privfair_cli.tools.docs import guarantee_rows
+
+    claims = {name: claim for name, claim, _ in guarantee_rows()}
+    algos = group_options("algo")
+    wide, family = max(map(len, algos)), max(len(registry.info(c).module) for c in plugins.values())
+    print(textwrap.fill("algorithms (algo=NAME): kind, guarantee at its defaults, family, what it is; `privfair "
+                        "list --detail`: the views each needs and the datasets each runs on", WIDTH))
+    for name in algos:
+        cls = plugins.get(str(load_node("algo", name).get("name", name)))  # a config names its plugin
+        if cls is None:
+            continue
+        i = registry.info(cls)
+        head = f"  {name:<{wide}}  {i.kind:<15} {claims.get(cls.name, 'none'):<15} {i.module:<{family}} " \
+               + ("CUDA " if i.cuda else "     ")
+        print(head + _about(name, max(20, WIDTH - len(head))))
+    datasets = group_options("data")
+    wide = max(map(len, datasets))
+    print("\ndatasets (data=NAME; a paper's recipe of it: data=NAME data.recipe=RECIPE; your own: data=card.yaml)")
+    for name in datasets:
+        views = schema.card_views(load_card(name))
+        runs = sum(not schema.missing_views(needs[a], views) for a in plugins)
+        own = recipes(name)
+        line = f"  {name:<{wide}}  {runs:>2} algorithms" + (f"; recipes: {', '.join(own)}" if own else "")
+        print(textwrap.fill(line, WIDTH, subsequent_indent=" " * (wide + 18)))
+    for group in ("mechanism", "budget", "experiment"):
+        print("\n" + textwrap.fill(f"{group}= " + ", ".join(group_options(group)), WIDTH, subsequent_indent="  "))
+    return 0
+
+
+def _list_detail(plugins: dict, needs: dict) -> int:
     from rich.console import Console
     from rich.table import Table
 
@@ -199,7 +254,6 @@ def cmd_list(_args) -> int:
     from privfair_cli.tools.docs import guarantee_rows
 
     console = Console(width=max(Console().width, 110))
-    plugins = registry.load_plugins()
     t = Table(title="algorithms (algo=)")
     for col in ("name", "task kind", "needs (dataset views)", "mechanisms", "needs delta", "CUDA", "module"):
         t.add_column(col)
@@ -223,7 +277,6 @@ def cmd_list(_args) -> int:
                     "algorithm needs them, datasets/views.py), and the algorithms that run on it with their defaults")
     for col in ("name", "provides", "runs"):
         d.add_column(col)
-    needs = {a: plugins[a].requirements(registry.defaults(a)) for a in plugins}
     for name in data_options():
         card = load_card(name)
         views, declared = schema.card_views(card), schema.declared_views(card)
@@ -346,7 +399,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
     r = sub.add_parser("run", help="one run, or a sweep with -m (Hydra overrides: key=value ...)")
     r.add_argument("overrides", nargs=argparse.REMAINDER)
-    sub.add_parser("list", help="algorithms, datasets, mechanisms, experiments")
+    ls = sub.add_parser("list", help="algorithms, datasets, mechanisms, experiments (one line each)")
+    ls.add_argument("--detail", action="store_true", help="the views each algorithm needs, the guarantees, and "
+                    "the views each dataset provides with the algorithms that run on it")
     rep = sub.add_parser("report", help="aggregate the runs under PATH into mean ± std tables")
     rep.add_argument("path")
     rep.add_argument("--metrics", help="comma-separated metric names (default: the main ones)")
@@ -354,8 +409,9 @@ def build_parser() -> argparse.ArgumentParser:
                      "tradeoff_KEY.png, one line per algorithm, mean ± std over seeds")
     rp = sub.add_parser("reproduce", help="run a paper-table experiment and compare with the published numbers")
     rp.add_argument("name", help="experiment name (see `privfair list`) or `all`")
-    rp.add_argument("--check", action="store_true", help="regression guard: re-run the fast subset in a fresh folder "
-                    "and fail when a cell drifts from the committed comparison (never writes it)")
+    rp.add_argument("--check", action="store_true", help="exact regression guard: re-derive the comparison from its "
+                    "run record and re-run a sample of the recorded runs in a fresh folder; fail on any difference "
+                    "(never writes the comparison)")
     rp.add_argument("--jobs", default="1", help="runs side by side on this machine's cores (each with its share of "
                     "the threads; 0 = one per core); default 1")
     rp.add_argument("--update", action="store_true", help="also recompute the canonical comparison's cells that "

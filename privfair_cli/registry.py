@@ -228,9 +228,10 @@ def defaults(name: str) -> dict:
     `defaults:` list names before `_self_` (e.g. `sgd.yaml`: `defaults: [dpsgd, _self_]`), as Hydra composes them."""
     from omegaconf import OmegaConf
 
-    from privfair_cli.config import config_dir
+    from privfair_cli.config import config_dir, find_config
 
-    own = OmegaConf.to_container(OmegaConf.load(config_dir() / "algo" / f"{name}.yaml"), resolve=True)
+    path = find_config("algo", name) or config_dir() / "algo" / f"{name}.yaml"
+    own = OmegaConf.to_container(OmegaConf.load(path), resolve=True)
     params = {}
     for parent in own.pop("defaults", None) or []:
         if parent != "_self_":

@@ -90,12 +90,24 @@ def test_debug_shows_traceback(tmp_path):
     assert proc.returncode != 0 and "Traceback" in proc.stderr
 
 
-def test_list_shows_registry_and_compatibility(tmp_path):
+def test_list_is_one_line_per_algorithm_and_dataset_within_120_columns(tmp_path):
     out = privfair("list", cwd=tmp_path).stdout
+    assert max(map(len, out.splitlines())) <= 120
+    lines = {ln.split()[0]: ln for ln in out.splitlines() if ln.startswith("  ")}
+    assert re.match(r"  pflr +classifier +eps-DP +functional +PFLR", lines["pflr"])
+    assert re.match(r"  dpsgd +classifier +\(eps,delta\)-DP +dpsgd +CUDA", lines["dpsgd"])
+    assert "privpc_star_thesis" in lines  # every algo= config the errors list, variants of a plugin too
+    assert re.match(r"  mnist +\d algorithms; recipes: xu2021_unbalanced", lines["mnist"])
+    assert "xu2021_table8_1" in out
+
+
+def test_list_detail_shows_registry_and_compatibility(tmp_path):
+    out = privfair("list", "--detail", cwd=tmp_path).stdout
     assert re.search(r"^│ lr +│ classifier +│ binary_label, +│", out, re.M), out  # the row of lr, not privlr
     assert re.search(r"^│ pc +│ graph +│ discrete or +│", out, re.M)
-    mnist = re.search(r"^│ mnist +│ features, label, numeric +│ (.*?) +│$", out, re.M)
-    assert mnist and mnist.group(1).split(", ") == ["dpsgd", "dpsgd_f", "dpsgd_naive", "sgd"]
+    mnist = re.search(r"^│ mnist +│ features, label, numeric +│(.*?)^│ \S", out, re.M | re.S)  # its wrapped row
+    runs = set(re.findall(r"[a-z_]+", "".join(ln.rsplit("│", 2)[-2] for ln in mnist.group(0).splitlines()[:-1])))
+    assert runs - {"describe"} == {"dpsgd", "dpsgd_f", "dpsgd_naive", "sgd"}
     assert re.search(r"^│ kdd +│", out, re.M) and "xu2021_table8_1" in out
     assert re.search(r"^│ dpsgd_es +│ heuristic +│ always heuristic", out, re.M)  # the guarantees table
     assert re.search(r"^│ pflr +│ eps-DP +│ - +│", out, re.M) and not re.search(r"^│ lr +│ none", out, re.M)

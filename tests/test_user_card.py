@@ -104,3 +104,37 @@ def test_a_user_card_runs_through_every_algorithm_that_can_use_it(algo, make_car
     record = runner.run(cfg, tmp_path / "run", log=lambda *_: None)
     assert tuple(record) == METRICS_KEYS and record["data"] == "credit"
     assert record["metrics"]["n_train"] > 0
+
+
+def _card_file(folder, data_dir) -> None:
+    """The user's card as a file of their own, its data in `data_dir` (the card's `dir:`)."""
+    card = {k: v for k, v in credit_card().items() if k in ("name", "files", "verify", "format", "label",
+                                                            "positive", "sensitive", "privileged", "features")}
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "credit.yaml").write_text(yaml.safe_dump(card | {"dir": str(data_dir)}))
+
+
+def test_a_card_file_outside_the_project_runs_from_the_command_line(user_data, tmp_path, monkeypatch, capsys):
+    """`privfair run data=path/to/card.yaml` and `privfair run --config-dir DIR data=<name>`: the user's card adds
+    to the shipped ones without touching the package; a missing file or folder is a one-line error."""
+    from privfair_cli.main import main
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PRIVFAIR_CONFIG_PATH", "")  # restored after the test (the run adds to it)
+    monkeypatch.setenv("PRIVFAIR_CACHE_DIR", str(tmp_path / "cache"))
+    _card_file(tmp_path / "cards", user_data / "data" / "credit")
+    assert main(["run", "algo=lr", f"data={tmp_path / 'cards' / 'credit.yaml'}", "hydra.run.dir=one"]) == 0
+    record = yaml.safe_load((tmp_path / "one" / "metrics.json").read_text())
+    assert record["data"] == "credit" and record["metrics"]["n_train"] + record["metrics"]["n_test"] == ROWS
+
+    monkeypatch.setenv("PRIVFAIR_CONFIG_PATH", "")  # restored after the test (the run adds to it)
+    _card_file(tmp_path / "mine" / "data", user_data / "data" / "credit")
+    assert main(["run", "--config-dir", str(tmp_path / "mine"), "-m", "algo=lr,pflr", "data=credit", "eps=1",
+                 "hydra.sweep.dir=sweep"]) == 0
+    assert len(list((tmp_path / "sweep").rglob("metrics.json"))) == 2
+    capsys.readouterr()
+
+    assert main(["run", "algo=lr", "data=cards/none.yaml"]) == 2
+    assert "data=cards/none.yaml: no such card file" in capsys.readouterr().err
+    assert main(["run", "--config-dir", "nowhere", "algo=lr"]) == 2
+    assert "--config-dir nowhere: not a folder" in capsys.readouterr().err
