@@ -39,6 +39,9 @@ def streams(seed: int) -> dict[str, np.random.Generator]:
     return {n: np.random.default_rng(np.random.SeedSequence([seed, i])) for i, n in enumerate(names)}
 
 
+_WARNED: set[str] = set()  # width mismatches already told in this process (a sweep says it once, not per run)
+
+
 def load_data(card: schema.DataCard, rng: dict[str, np.random.Generator], log=print):
     table = data_lib.load(card.raw, rng["data"])
     if card.n is not None and card.n < len(table):
@@ -47,7 +50,9 @@ def load_data(card: schema.DataCard, rng: dict[str, np.random.Generator], log=pr
         msg = f"data={card.name}: d={table.d} features, the spec expects {card.expected_d}"
         if not card.allow_d_mismatch:
             raise DataError(f"{msg} (set {data_lib.hint(card.raw, 'allow_d_mismatch', True)} to run anyway)")
-        log(f"warning: {msg}")
+        if msg not in _WARNED:
+            _WARNED.add(msg)
+            log(f"warning: {msg} (the card allows it; its comments say why)")
     return table
 
 
