@@ -54,6 +54,15 @@ def test_a_seed_group_is_re_run_together():
     assert regress.sample(rec, [{0}, {1}, {2}], budget=0.0) == [0, 1, 2]
 
 
+def test_a_pair_whose_every_run_is_too_long_is_left_out_and_counted():
+    rec = record([{"run_id": f"{a}/adult/s{s}", "algo": a, "data": "adult", "seed": s, "seconds": sec}
+                  for a, secs in (("gan", (900.0, 700.0)), ("lr", (200.0, 5.0))) for s, sec in enumerate(secs)])
+    long: list = []
+    picked = rec.loc[regress.sample(rec, [{i} for i in rec.index], budget=0.0, long=long)]
+    assert long == [("gan", "adult")]  # no run of it within LONG
+    assert list(picked.run_id) == ["lr/adult/s1"]  # its smallest seed is too long: the cheapest other seed
+
+
 CHEAP, SUBSET = "ding2020_table1", ["seed=range(1)", "algo=lr", "eps=10"]  # one run: lr's 4 cells (eps = inf)
 
 

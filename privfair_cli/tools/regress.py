@@ -8,7 +8,8 @@ Two checks per experiment, neither of which writes anything committed:
    verdict rules or the experiment's reasons whose comparisons were not re-derived.
 2. **Exact re-runs.** Seeded runs are deterministic, so no statistics are needed: a stratified sample of the
    recorded runs (`sample`: every algorithm and dataset of the record, at least one seed each, then one run per
-   compared cell not yet touched, cheapest first, within `BUDGET` seconds of recorded run time) is run again in a
+   compared cell not yet touched, cheapest first, within `BUDGET` seconds of recorded run time; a pair whose every
+   run takes longer than `LONG` seconds is left out and counted, so CI stays within its time) is run again in a
    fresh folder (`results/reproduce/NAME/subsets/guard/runs/`, emptied first) and every recorded metric must equal
    its record within `RELATIVE` (relative) or `ABSOLUTE`. Wall-clock metrics (`TIMING`) are not compared. Runs
    recorded on a CUDA device are left out of the exact check: GPU kernels (cuDNN convolutions, atomics in reductions)
@@ -36,6 +37,7 @@ from privfair_cli.tools import reproduce as rp
 
 RELATIVE, ABSOLUTE = 1e-6, 1e-9  # how close a re-run metric must be to its record
 BUDGET = 30.0  # recorded seconds of runs re-run per experiment beyond one run per algorithm and dataset
+LONG = 120.0  # recorded seconds above which a run (or its seed group) is too long for the guard: left out, counted
 TIMING = re.compile(r"runtime|seconds|(^|_)time($|_)")  # wall-clock metrics: machine-dependent, not compared
 COMPARED = ("match", "consistent", "deviates", "substitute")  # verdicts of a cell with a number
 
@@ -54,6 +56,7 @@ class Outcome:
     touched: int = 0  # of them read at least one re-run run
     seconds: float = 0.0
     note: str = ""  # why nothing was re-run
+    long: int = 0  # (algorithm, dataset) pairs whose every run is longer than LONG: not re-run
     renamed: list[str] = field(default_factory=list)  # re-run runs whose config identity hash changed
 
     @property
@@ -89,31 +92,37 @@ def _group(record: pd.DataFrame, i: int) -> list[int]:
             [o for o in records.job_of(record.loc[j]) if not o.startswith("seed=")] == rest]
 
 
-def sample(record: pd.DataFrame, used: list[set], budget: float = BUDGET) -> list[int]:
-    """The record positions to re-run: per algorithm and dataset, the cheapest run of its smallest seed; then, for
-    each compared cell no chosen run touches, its cheapest run, cheapest cells first, while the recorded seconds
-    stay within `budget`. Only CPU runs; a seed group's runs come together."""
+def sample(record: pd.DataFrame, used: list[set], budget: float = BUDGET, long: list | None = None) -> list[int]:
+    """The record positions to re-run: per algorithm and dataset, the cheapest run of its smallest seed (the
+    cheapest run of any seed when that one is longer than LONG; none when every run is, the pair then appended to
+    `long`); then, for each compared cell no chosen run touches, its cheapest run, cheapest cells first, while the
+    recorded seconds stay within `budget`. Only CPU runs; a seed group's runs come together (and cost together)."""
     cpu = record[record["device"].fillna("") != "cuda"]
     if cpu.empty:
         return []
     cost = cpu["seconds"].fillna(0.0)
     chosen: list[int] = []
-    for _, part in cpu.assign(cost=cost).groupby(["algo", "data"], sort=True):
-        first = part[part["seed"] == part["seed"].min()].sort_values(["cost", "run_id"]).index[0]
-        chosen += [j for j in _group(record, first) if j not in chosen]
+    for pair, part in cpu.assign(cost=cost).groupby(["algo", "data"], sort=True):
+        ranked = part.assign(first=part["seed"] != part["seed"].min()).sort_values(["first", "cost", "run_id"])
+        fits = [j for j in ranked.index if float(cost[_group(record, j)].sum()) <= LONG]
+        if not fits:
+            if long is not None:
+                long.append(pair)
+            continue
+        chosen += [j for j in _group(record, fits[0]) if j not in chosen]
     spent = 0.0
     options = []
     for rows in used:
         if rows & set(chosen) or not rows & set(cpu.index):
             continue
-        j = min(rows & set(cpu.index), key=lambda k: (cost[k], record.at[k, "run_id"]))
-        options.append((float(cost[j]), record.at[j, "run_id"], j))
+        j = min(rows & set(cpu.index), key=lambda k: (float(cost[_group(record, k)].sum()), record.at[k, "run_id"]))
+        options.append((float(cost[_group(record, j)].sum()), record.at[j, "run_id"], j))
     for c, _, j in sorted(options):
         if j in chosen or spent + c > budget:
             continue
         group = _group(record, j)
         chosen += [k for k in group if k not in chosen]
-        spent += float(cost[group].sum())
+        spent += c
     return sorted(chosen)
 
 
@@ -191,7 +200,9 @@ def check(name: str, budget: float = BUDGET) -> Outcome:
     outcome.recorded = len(record)
     outcome.cuda = int((record["device"].fillna("") == "cuda").sum())
     comparison, used = reads(record, spec)
-    chosen = sample(record, used, budget)
+    long: list = []
+    chosen = sample(record, used, budget, long)
+    outcome.long = len(long)
     sweep = rp.RESULTS_ROOT / "reproduce" / name / "subsets" / "guard" / "runs"
     shutil.rmtree(sweep, ignore_errors=True)  # a fresh run: nothing of an earlier version is reused
     failures, outcome.renamed = rerun(name, record, chosen, sweep)
@@ -212,6 +223,8 @@ def summary(outcomes: list[Outcome]) -> str:
             state += (f": {o.rerun} of {o.recorded} recorded runs re-run"
                       + (f" ({o.cuda} CUDA runs out of the exact check)" if o.cuda else "")
                       + f", {o.touched} of {o.cells} compared cells touched, {o.seconds:.0f} s"
+                      + (f"; {o.long} algorithm/dataset pairs left out (every run longer than {LONG:.0f} s)"
+                         if o.long else "")
                       + (f"; {len(o.renamed)} re-run runs have another config hash now (identity changed, numbers "
                          f"compared all the same; re-record to update: `privfair reproduce {o.name}`)"
                          if o.renamed else ""))
