@@ -161,3 +161,90 @@ def gdp_eps(mu: float, delta: float) -> float:
         mid = (lo + hi) / 2
         lo, hi = (mid, hi) if _analytic_delta(1.0, mu, mid) > delta else (lo, mid)
     return hi
+
+
+# ------------------------------------------------------------------------------------------ one run, f-DP
+# The one-run game with a hypothesised trade-off curve f instead of (eps, delta) (the idea of Mahloujifar, Melis
+# and Chaudhuri 2024, "Auditing f-differential privacy in one run"; the bound below is derived here, in the form
+# of `fdp_tail`'s docstring). A mechanism is f-DP with respect to a canary when every test of "in" against "out"
+# with false-positive rate x has power at most F(x) = 1 - f(x), for every value of the other canaries' bits.
+# F is concave and nondecreasing; `gdp_power` and `profile_power` build it.
+
+
+def gdp_power(mu: float):
+    """F of mu-GDP (Dong, Roth and Su 2022): F(x) = Phi(Phi^-1(x) + mu), the power of the Gaussian shift test."""
+    from scipy.special import ndtr, ndtri
+
+    def power(x: float) -> float:
+        return float(ndtr(ndtri(min(max(x, 0.0), 1.0)) + mu))
+    return power
+
+
+def profile_power(eps: np.ndarray, delta: np.ndarray):
+    """F of a mechanism that is (eps_j, delta_j)-DP for every j of a privacy profile: every test of false-positive
+    rate x has power <= e^eps_j x + delta_j, so F(x) = min(1, min_j e^eps_j x + delta_j). A coarser grid of eps or
+    a pessimistic delta (dp-accounting's PLD) only raises F, which keeps `fdp_tail` an upper bound."""
+    slope, icpt = np.exp(np.asarray(eps, dtype=float)), np.asarray(delta, dtype=float)
+
+    def power(x: float) -> float:
+        return float(min(1.0, np.min(slope * max(x, 0.0) + icpt)))
+    return power
+
+
+def fdp_tail(m: int, r: int, c: int, power) -> float:
+    """An upper bound on P[C >= c], C the correct guesses among r (a fixed number) made on m canaries each in with
+    probability 1/2, when the mechanism is f-DP with respect to each canary (F = `power`).
+
+    Derivation. Fix a canary i and a level j; the test "guess i as the auditor does, but only where the other
+    guesses have C_-i >= j right" depends on the output and the other canaries' bits, so f-DP (for each value
+    of those bits, then averaged; F concave) bounds its right guesses by F of its wrong ones:
+    P[i right, C_-i >= j] <= F(P[i wrong, C_-i >= j]). Summed over the m canaries (F concave again):
+    E[C 1(C >= j+1)] <= m F(E[(r - C) 1(C >= j)] / m), since a right guess sees C_-i = C - 1 and a wrong one
+    C_-i = C. With j = c - 1: c P[C >= c] <= m F((r - c + 1) P[C >= c-1] / m). Starting from P[C >= 0] = 1 this
+    gives u_c >= P[C >= c] by induction (F nondecreasing). For F(x) = e^eps x it is the ratio of consecutive
+    Binomial(r, e^eps / (1 + e^eps)) probabilities, the eps-DP analysis of Steinke, Nasr and Jagielski."""
+    if c <= 0:
+        return 1.0
+
+    def first(j):  # the step from u = 1, decreasing in j
+        return m / j * power((r - j + 1) / m)
+
+    lo, hi = 1, c + 1  # u stays 1 below the first j whose step from 1 is below 1 (found by bisection)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        lo, hi = (mid + 1, hi) if first(mid) >= 1.0 else (lo, mid)
+    u = 1.0
+    for j in range(lo, c + 1):
+        u = min(u, m / j * power((r - j + 1) * u / m))
+        if u <= 0.0:
+            return 0.0
+    return u
+
+
+def fdp_largest_rejected(m: int, r: int, c: int, power_of, confidence: float, hi: float = 1.0,
+                         cap: float = 1e3, iters: int = 40) -> float:
+    """The largest theta whose trade-off curve (`power_of(theta)`, less private as theta grows) the c right guesses
+    of r reject at level 1 - confidence: sup{theta : fdp_tail <= alpha}, by bisection; 0 where none is rejected.
+    The mechanism is then, with confidence `confidence`, not `power_of(theta)`-DP for any theta below it."""
+    alpha = 1 - confidence
+
+    def rejected(theta):
+        return fdp_tail(m, r, c, power_of(theta)) <= alpha
+
+    lo = 0.0
+    if not rejected(1e-9):
+        return 0.0
+    while rejected(hi):
+        lo, hi = hi, hi * 2
+        if hi > cap:
+            return math.inf
+    for _ in range(iters):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if rejected(mid) else (lo, mid)
+    return lo
+
+
+def one_run_gdp_mu(m: int, r: int, c: int, confidence: float) -> float:
+    """The one-run lower bound on mu: with confidence `confidence` the mechanism is not mu'-GDP for any mu' below
+    it (c right guesses of r on m canaries). `gdp_eps` turns it into eps at a delta."""
+    return fdp_largest_rejected(m, r, c, gdp_power, confidence)

@@ -16,6 +16,8 @@ OPTIONS = {  # audit.<key>: (default, what is allowed)
     "view": ("auto", "auto | release | output: what the distinguishing test reads (privfair_cli.tools.audit)"),
     "canaries": (1000, "an integer >= 10: canaries of the one-run audit"),
     "guess_fraction": (0.1, "a number in (0, 0.5]: share of canaries guessed in (and out) by the one-run audit"),
+    "dirac_canaries": ("auto", "auto | an integer >= 10: Dirac gradient canaries of DP-SGD's white-box one-run audit "
+                       "(at most one per parameter; auto: one per parameter, at most 1,000,000)"),
     "whitebox": ("on", "on | off: the white-box release checks (privfair_cli.tools.audit.whitebox) beside the test"),
     "whitebox_fits": (30, "an integer >= 1: traced fits whose draws the calibration check pools"),
     "seed": (0, "an integer >= 0"),
@@ -59,12 +61,14 @@ def _typed(key: str, value: str):
         if value not in {"canary": CANARIES, "mode": MODES, "view": VIEWS, "whitebox": ("on", "off")}[key]:
             raise bad
         return value
+    if key == "dirac_canaries" and value == "auto":
+        return value
     try:
         v = float(value) if key in ("confidence", "guess_fraction") else int(value)
     except ValueError:
         raise bad from None
-    ok = {"trials": v >= 20, "rows": v >= 20, "canaries": v >= 10, "seed": v >= 0, "whitebox_fits": v >= 1,
-          "confidence": 0 < v < 1, "guess_fraction": 0 < v <= 0.5}[key]
+    ok = {"trials": v >= 20, "rows": v >= 20, "canaries": v >= 10, "dirac_canaries": v >= 10, "seed": v >= 0,
+          "whitebox_fits": v >= 1, "confidence": 0 < v < 1, "guess_fraction": 0 < v <= 0.5}[key]
     if not ok or (isinstance(v, float) and not math.isfinite(v)):
         raise bad
     return v
