@@ -26,8 +26,15 @@ import traceback
 from pathlib import Path
 
 from privfair_cli import compose, results, runid, threads  # noqa: F401 (runid: the ${run_id:} resolver)
-from privfair_cli.config import (canonical_overrides, config_dir, data_options, experiment_name, group_options,
-                                 searchpath_override, user_configs)
+from privfair_cli.config import (
+    canonical_overrides,
+    config_dir,
+    data_options,
+    experiment_name,
+    group_options,
+    searchpath_override,
+    user_configs,
+)
 from privfair_cli.errors import ConfigError, PrivfairError, ResultsError
 from privfair_cli.tools import watch
 from privfair_cli.tools.sweep import Outcome, summary_line
@@ -47,6 +54,12 @@ def run_hydra(args: list[str], debug: bool) -> int:
         bad = next(a for a in overrides if a.startswith("-") and "=" not in a)
         raise ConfigError(f"unknown option {bad}; `privfair run` takes Hydra overrides key=value and -m")
     bad_points = compose.prevalidate(overrides, multirun)
+    if multirun and not bad_points and (done := _complete_sweep(overrides)) is not None:
+        for i, (record, run_dir) in enumerate(done, 1):
+            print(f"[{i}/{len(done)}] skip (complete): {summary_line(record)}  -> {run_dir}")
+        print(f"sweep: {len(done)}/{len(done)} runs complete ({len(done)} already were) in "
+              f"{_sweep_folder(overrides)}")
+        return 0
     env = {"HYDRA_FULL_ERROR": "1"}  # Hydra re-raises what it cannot do (create the run folder): one line here
     outcome = None
     if multirun:
@@ -84,6 +97,36 @@ def run_hydra(args: list[str], debug: bool) -> int:
         GlobalHydra.instance().clear()
         if outcome:
             os.unlink(outcome)
+
+
+def _sweep_folder(overrides: list[str]) -> str | None:
+    """The sweep's folder when the command fixes it (`hydra.sweep.dir=DIR`, one literal value), else None."""
+    folder = next((o.split("=", 1)[1] for o in overrides if o.startswith("hydra.sweep.dir=")), None)
+    return folder if folder and "," not in folder and "$" not in folder else None
+
+
+def _complete_sweep(overrides: list[str]) -> list[tuple[dict, Path]] | None:
+    """Each job's record and folder when a sweep with a fixed `hydra.sweep.dir` is complete already (every run
+    folder holds its config's result, `overwrite` off): then nothing needs Hydra's launcher and its workers; else
+    None (a sweep folder named by the time, one missing run, or any doubt: Hydra runs the sweep)."""
+    from privfair_cli import runner
+    from privfair_cli.tools.sweep import run_dir_of
+
+    folder = _sweep_folder(overrides)
+    if not folder or any(o.split("=", 1)[0].lstrip("+") == "overwrite" for o in overrides):
+        return None
+    done = []
+    for job in compose.expand(overrides):
+        try:
+            cfg = compose.job_config(job)
+            run_dir = run_dir_of(Path(folder), cfg, job)
+            record = runner.stored_result(run_dir, cfg, False, log=lambda *_: None)
+        except (PrivfairError, OSError, ValueError):
+            return None
+        if record is None:
+            return None
+        done.append((record, run_dir))
+    return done
 
 
 @contextlib.contextmanager

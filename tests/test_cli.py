@@ -114,6 +114,26 @@ def test_list_detail_shows_registry_and_compatibility(tmp_path):
 
 
 @needs_data("german_credit")
+def test_a_complete_sweep_is_skipped_without_launching_hydra(tmp_path, monkeypatch, capsys):
+    import hydra
+
+    monkeypatch.chdir(tmp_path)
+    command = ["run", "-m", "algo=lr", "data=german", "seed=0,1", "hydra.sweep.dir=sw"]
+    assert main(command) == 0
+    capsys.readouterr()
+
+    def launched(*args, **kwargs):
+        raise AssertionError("Hydra was launched for a complete sweep")
+
+    monkeypatch.setattr(hydra, "main", launched)
+    assert main(command) == 0
+    out = capsys.readouterr().out
+    assert out.count("skip (complete): lr german eps=1 seed=") == 2 and "sweep: 2/2 runs complete (2 already" in out
+    with pytest.raises(AssertionError, match="launched"):  # one run missing: the sweep runs as before
+        main(["run", "-m", "algo=lr", "data=german", "seed=0,1,2", "hydra.sweep.dir=sw"])
+
+
+@needs_data("german_credit")
 def test_inprocess_sweep_matches_hydra_multirun(tmp_path, monkeypatch):
     from privfair_cli.tools import sweep
 
