@@ -10,11 +10,11 @@ import numpy as np
 
 from privfair_cli.errors import ConfigError
 
-TASK_KINDS = ("classifier", "generator", "graph", "embedding", "semi_supervised", "attack")
+TASK_KINDS = ("classifier", "generator", "graph", "embedding", "semi_supervised", "attack", "description")
 
 # Modules under privfair_cli.algorithms whose import registers plugins (torch-free ones first).
-ALGORITHM_MODULES = ("logistic", "functional", "prefair", "causal", "dpne", "fes", "crfs", "ffpdg", "dpsgd",
-                     "fairgan", "adv_debias", "early_stopping", "adv_fairness", "cfgan", "fair_ssl", "zafar")
+ALGORITHM_MODULES = ("describe", "logistic", "functional", "prefair", "causal", "dpne", "fes", "crfs", "ffpdg",
+                     "dpsgd", "fairgan", "adv_debias", "early_stopping", "adv_fairness", "cfgan", "fair_ssl", "zafar")
 
 
 GUARANTEES = ("eps-DP", "(eps,delta)-DP", "zCDP", "heuristic", "none")
@@ -53,7 +53,8 @@ VIEWS = {
 KIND_NEEDS = {"classifier": ("label", "features"), "generator": ("discrete",),
               "graph": ("discrete|graph_reference",), "embedding": ("network",),
               "semi_supervised": ("label", "features", "sensitive", "unlabelled_pool"),
-              "attack": ("label", "features", "sensitive")}
+              "attack": ("label", "features", "sensitive"),
+              "description": ()}  # describe: the sizes of any dataset, whatever views it provides
 
 
 def option(cfg: Any, key: str, default: Any = None) -> Any:

@@ -116,7 +116,7 @@ def test_every_algorithm_on_every_card(algo, data, base_config, tmp_path, monkey
     assert tuple(record) == METRICS_KEYS
     key = {"classifier": "accuracy", "generator": "tvd_1way", "graph": "shd",
            "embedding": f"{CARDS[data].get('task', 'vertex_classification')}_accuracy",
-           "semi_supervised": "accuracy", "attack": "discrimination"}[PLUGINS[algo].kind]
+           "semi_supervised": "accuracy", "attack": "discrimination", "description": "n_rows"}[PLUGINS[algo].kind]
     value = record["metrics"].get(key)
     assert value is not None and math.isfinite(value), f"{key}={value}: {record['metrics']}"
     assert (tmp_path / "run" / "metrics.json").is_file()
