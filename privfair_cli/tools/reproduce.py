@@ -47,6 +47,8 @@ Keys of the `reproduce:` block (REQUIRED, then optional):
   `privfair_cli.tools.reproduce.pipeline` picks a composable pipeline's runs by the published `<pre>+<gen>` name
   (FFPDG Tables 1-5). `privfair_cli.tools.reproduce.on_curve` ({x, level_key, level, common}) reads a number off a
   trade-off curve (a key at the x where another key reaches a level, e.g. "Dis at the same accuracy").
+  `privfair_cli.tools.reproduce.drop` ({reference}) gives `reference - algorithm` seed by seed (its mean and std,
+  e.g. PrivLR's accuracy drop from LR).
 - `label` (default "{metric}"): the metric label of each published cell; `variants`: extra rows after each cell,
   the same cell measured on another of our keys: a list of `{keys: {our key: other key}, label: "{metric} [..]",
   reason: text}` (`{metric}` and `{key}` are filled in).
@@ -230,6 +232,24 @@ def ratio(pick, algorithm: str, key: str, denominator: str, scale: float = 100.0
     with np.errstate(invalid="ignore", divide="ignore"):
         value = float(scale * np.float64(top[key].mean()) / np.float64(bottom[key].mean()))
     return Cell(value, float("nan"), n, f"runs={n}", undefined if math.isnan(value) else "")
+
+
+def drop(pick, algorithm: str, key: str, reference: str) -> Cell:
+    """How far `key` of `algorithm` falls below `reference`'s, seed by seed (e.g. "PrivLR's accuracy decreases
+    11.42 % from LR's", pflr.md §4): the mean and sample std of `reference - algorithm` over the seeds both ran on
+    the same dataset and settings (the same seed, the same split). A seed only one of them ran is left out; N/A
+    (`unfinished`) where a paired run has no value for `key`."""
+    top, base = pick(algorithm), pick(reference)
+    if key not in top or key not in base or "seed" not in top or "seed" not in base:
+        return Cell(float("nan"), float("nan"), 0)
+    pairs = base[["seed", key]].merge(top[["seed", key]], on="seed", suffixes=("_reference", "_algorithm"))
+    for side in ("reference", "algorithm"):
+        column = f"{key}_{side}"
+        if (na := unfinished(pairs.rename(columns={column: key}), key)) is not None:
+            return na
+    values = (pairs[f"{key}_reference"] - pairs[f"{key}_algorithm"]).to_numpy(float)
+    n = len(values)
+    return Cell(float(values.mean()) if n else float("nan"), float(values.std(ddof=1)) if n > 1 else float("nan"), n)
 
 
 def pipeline(pick, algorithm: str, key: str, plugin: str = "ffpdg",

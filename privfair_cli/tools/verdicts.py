@@ -51,7 +51,7 @@ KINDS = (
          "accuracy is the smallest difference the papers discuss (a 10k-row test split has a standard error "
          "near 0.004)", ("accuracy", "acc_*", "ber", "link_prediction_accuracy", "vertex_classification_accuracy")),
     Kind("accuracy difference", 0.02, 0.0, "a difference of two accuracies carries the resolution of both",
-         ("accuracy_diff_*",)),
+         ("accuracy_diff_*", "accuracy_drop_*")),
     Kind("score", 0.02, 0.0, "derived scores in [0, 1] (AUC, the likelihood-ratio detection score, the "
          "accuracy-fairness score) from one model's predictions: two points", ("aucroc", "lrd", "afp")),
     Kind("fairness gap", 0.02, 0.0, "a difference of two group rates, each measured on a group of a few thousand "
@@ -78,7 +78,8 @@ KINDS = (
     Kind("prediction count", 0.0, 0.1, "counts of test points per group and prediction (about 100-200 of a "
          "2,000-point test set): 10 % of the value", ("G_*",)),
     Kind("count", 0.5, 0.0, "whole numbers (sizes, feature counts, vertices, edges, classes, the epoch or "
-         "ensemble size a rule picks): equal or not", ("size", "n_*", "num_*", "recommended_*")),
+         "ensemble size a rule picks, iterations removed to match a budget): equal or not",
+         ("size", "sample_size", "n_*", "num_*", "recommended_*", "iterations_*")),
     Kind("stopping epoch", 5.0, 0.0, "the epoch a stopping rule picks: five epochs, a twentieth of the schedule",
          ("stop_epoch",)),
     Kind("constant", 1e-4, 0.0, "a closed-form constant (a sensitivity): equal to the printed digits",
