@@ -421,6 +421,17 @@ def discrete_spec(card: dict) -> dict:
     return spec
 
 
+def left_out_of_discrete(card: dict) -> list[str]:
+    """The declared features (`features:` numeric, onehot, binary) that the card's own `discrete:` section leaves
+    out: a generator, which models the discrete view, neither learns nor releases them. None for a card without
+    such a section (the derived view keeps every feature)."""
+    if not card.get("discrete"):
+        return []
+    feats = card.get("features") or {}
+    declared = [*(feats.get("numeric") or {}), *(feats.get("onehot") or []), *(feats.get("binary") or {})]
+    return [c for c in declared if c not in card["discrete"]]
+
+
 def declared_domain_size(card: dict) -> int | None:
     """The number of cells of the card's discrete view from its keys alone (each attribute's `levels`, `bins` or
     `one_of`), or None when an attribute takes its levels from the data."""

@@ -215,6 +215,10 @@ def compute(rc: schema.RunConfig, artifacts: Path, log=print, draw=None) -> dict
     cls = registry.get(rc.algo)
     data_lib.check_labels(train, cls.kind)
     data_warnings = prepared.notes + data_lib.split_warnings(train, test, cls.kind)  # why the numbers may mean nothing
+    if cls.kind == "generator" and (dropped := data_lib.left_out_of_discrete(rc.data.raw)):
+        data_warnings.append(f"the release leaves out {', '.join(dropped)}: declared under features: but not in the "
+                             f"card's discrete: section, which is what a generator models (add them there, with "
+                             f"bins of their declared bounds, to release them)")
     device = resolve_device(rc.device, cls.cuda)
     plugin = build(cls, rc.params, rc.mechanism)
     budget = Budget(rc.eps, rc.delta)

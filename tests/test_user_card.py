@@ -138,3 +138,20 @@ def test_a_card_file_outside_the_project_runs_from_the_command_line(user_data, t
     assert "data=cards/none.yaml: no such card file" in capsys.readouterr().err
     assert main(["run", "--config-dir", "nowhere", "algo=lr"]) == 2
     assert "--config-dir nowhere: not a folder" in capsys.readouterr().err
+
+
+def test_a_generator_says_which_declared_features_its_release_leaves_out(user_data, tmp_path, monkeypatch):
+    """A card whose `discrete:` section omits a declared feature: the generator's release has no such column, and
+    the result says so instead of dropping it silently."""
+    monkeypatch.setenv("PRIVFAIR_DATA_DIR", str(user_data / "data"))
+    monkeypatch.setenv("PRIVFAIR_CACHE_DIR", str(user_data / "cache"))
+    card = credit_card()
+    del card["discrete"]["limit"]
+    card["roles"]["admissible"] = ["age"]
+    cfg = copy.deepcopy(compose.compose(["algo=mst"]))
+    with open_dict(cfg):
+        cfg.data = OmegaConf.create(card)
+    record = runner.run(cfg, tmp_path / "run", log=lambda *_: None)
+    assert any(w.startswith("the release leaves out limit:") for w in record["warnings"]), record["warnings"]
+    released = pd.read_csv(next((tmp_path / "run").rglob("synthetic.csv.gz")))
+    assert "limit" not in released.columns and "age" in released.columns
