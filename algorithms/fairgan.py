@@ -337,9 +337,11 @@ class FairGANModel:
         B = sched["batch_size"]
         per_epoch = math.ceil(len(X) / B)
         ae_step = gan.Graphed(lambda: self.pretrain_step(B), self.ens)
-        gan.train_loop(sched["pretrain_epochs"] * per_epoch, lambda i: ae_step(), f"{description} autoencoder")
         phases = [(sched["phase1_epochs"], 0.0, 0.0), (sched["phase2_epochs"], self.cfg.lambda_, self.cfg.mu)]
         total = sum(e for e, _, _ in phases) * per_epoch
+        # the first phase's ETA is its own: its line says how much work follows it
+        gan.train_loop(sched["pretrain_epochs"] * per_epoch, lambda i: ae_step(),
+                       f"{description} autoencoder (then {total:,} GAN iterations)")
         steps = {}  # (lambda, mu) -> the phase's iteration (one CUDA graph per phase on a GPU)
 
         def one(i):
@@ -350,7 +352,7 @@ class FairGANModel:
             steps[lam, mu]()
 
         self.G.train()
-        gan.train_loop(total, one, f"{description} GAN")
+        gan.train_loop(total, one, f"{description} GAN (the last phase)")
         return self
 
     @torch.no_grad()
