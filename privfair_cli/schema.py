@@ -5,6 +5,13 @@ Compatibility (issue 12 items 1, 7): a plugin declares the dataset views it need
 `requirements(cfg)`, vocabulary `registry.VIEWS`); `card_views(card)` derives what a card provides from its keys;
 `check_compatible` refuses a pair that cannot run, naming the card keys to add, before any data is read.
 
+Sensitive attribute (docs/groups.md): `data.sensitive` is one column or a list (their intersection, written as one
+column `sex&race`); `data.privileged` names the reference group's value, or null for the largest group. The binary s
+that training reads is the reference group vs the rest; evaluation measures every group. `_sensitive` drops a
+`privileged` that is a documented level of another column (the card's own after `data.sensitive=race`) with a note
+for the run's warnings, and refuses one that is no documented value at all; an intersection is refused for the kinds
+outside GROUP_KINDS and for cards whose loader reads its own columns.
+
 Privacy keys (issue 11 items 4-5, issue 12 item 1):
 - `eps`: > 0; `eps=inf` is the noise-free limit (no noise is added, the ledger records the spend at inf, the
   result's guarantee is `none`, and metrics.json writes inf as 1.7976931348623157e308, see privacy/ledger.py).
@@ -28,6 +35,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from privfair_cli import datasets as data_lib
 from privfair_cli import registry
+from privfair_cli.datasets import tabular
 from privfair_cli.datasets import views as views_lib
 from privfair_cli.errors import ConfigError
 from privfair_cli.privacy.ledger import ACCOUNTANTS, RDP_CONVERSIONS
@@ -41,6 +49,7 @@ DEFAULT_UNLABELLED = 0.5
 DEFAULT_DELTA = 1e-5  # delta of a run whose guarantee needs one and that sets none (issue 12 item 1)
 BUDGET_KEYS = ("accountant", "rdp_conversion")
 PRIVACY_KEYS = ("secure",)
+GROUP_KINDS = ("classifier", "semi_supervised")  # kinds whose evaluation measures every group of data.sensitive
 
 
 @dataclass(frozen=True)
@@ -56,7 +65,7 @@ class DataCard:
     raw: dict = field(default_factory=dict)
     unlabelled_size: float = 0.0  # semi-supervised runs: fraction of the non-test rows whose labels are hidden
     derive: tuple[str, ...] = ()  # views built from the rows after the split (runner.prepare): causal_graph
-    notes: tuple[str, ...] = ()  # what the views derived for this run chose (the result's warnings)
+    notes: tuple[str, ...] = ()  # what the run chose for the user: derived views, reference group (its warnings)
 
 
 @dataclass(frozen=True)
@@ -129,8 +138,10 @@ def validate_card(card: dict) -> DataCard:
                      not 0 <= unlabelled < 1):
         raise ConfigError(f"data.unlabelled_size={unlabelled!r} must be in [0, 1) or auto")
     unlabelled = 0.0 if auto else unlabelled  # auto: set per algorithm by `validate` (unlabelled_pool view)
+    card, notes = _sensitive(card, name) if not hasattr(module, "generate") else (card, [])
     return DataCard(name, loader, card.get("label"), card.get("sensitive"), n, test_size,
-                    card.get("expected_d"), bool(card.get("allow_d_mismatch", False)), card, float(unlabelled))
+                    card.get("expected_d"), bool(card.get("allow_d_mismatch", False)), card, float(unlabelled),
+                    notes=tuple(notes))
 
 
 def _check_columns(card: dict, name: str) -> None:
@@ -139,13 +150,58 @@ def _check_columns(card: dict, name: str) -> None:
     if "sensitive" not in card:
         raise ConfigError(
             f"data.sensitive is missing for dataset {name!r}: name the sensitive column (or null for none)")
-    if card.get("sensitive") and card.get("privileged") is None:
+    sens = card.get("sensitive")
+    if sens is not None and not (isinstance(sens, str) or isinstance(sens, list | tuple) and sens
+                                 and all(isinstance(c, str) and c for c in sens)):
+        raise ConfigError(f"data.sensitive={sens!r} must name a column, or list columns for their intersection")
+    cols = tabular.sensitive_columns(card)
+    if not cols:
+        return
+    if len(set(cols)) < len(cols) or not all(cols):
+        raise ConfigError(f"data.sensitive={sens!r} names a column twice, or an empty one")
+    if card["label"] in cols:
+        raise ConfigError(f"data.sensitive={sens!r} names the label {card['label']}: the groups must be other rows' "
+                          f"attributes than what is predicted")
+    generic = card.get("loader") in (None, data_lib.DEFAULT_LOADER)
+    if not generic and card.get("privileged") is None:
         raise ConfigError(f"data.privileged is missing for dataset {name!r}: which value of "
-                          f"{card['sensitive']} is coded s=1")
-    levels = (data_lib.discrete_spec(card).get(card.get("sensitive")) or {}).get("levels")
-    if card.get("sensitive") and levels and str(card["privileged"]) not in map(str, levels):
-        raise ConfigError(f"data.privileged={card['privileged']!r} is not a value of {card['sensitive']}; "
-                          f"allowed: {', '.join(map(str, levels))}")
+                          f"{card['sensitive']} is coded s=1 (data.loader={card['loader']} reads its own columns, so "
+                          f"the largest group cannot stand in)")
+    if not generic and len(cols) > 1:
+        raise ConfigError(f"data.sensitive={sens!r}: an intersection is built by the generic loader, and "
+                          f"data.loader={card['loader']} reads its own columns; name one attribute")
+
+
+def _sensitive(card: dict, name: str) -> tuple[dict, list[str]]:
+    """The card with `sensitive` as one column name (an intersection's attributes joined by `&`) and the notes for
+    the run's warnings. `privileged` names the reference group's value (datasets/tabular.py); one that is none of
+    the attributes' documented levels is a ConfigError, except a documented level of another column (the card's
+    own binary attribute after `data.sensitive=race`): it is then dropped, the reference group is the largest,
+    and a note says so. Without documented levels the loader checks it against the rows."""
+    cols = tabular.sensitive_columns(card)
+    if not cols:
+        return card, []
+    card = card | {"sensitive": tabular.SEP.join(cols)}
+    priv = card.get("privileged")
+    if priv is None:
+        return card, []
+    levels = [tabular.known_levels(card, c) for c in cols]
+    parts = str(priv).split(tabular.SEP)
+    if len(cols) > 1 and len(parts) == len(cols):  # a full intersection value, Male&White
+        found = all(p in (lv or [p]) for p, lv in zip(parts, levels, strict=True))
+    else:
+        found = any(str(priv) in lv for lv in levels if lv)
+    if found or any(lv is None for lv in levels):  # undocumented levels: the loader checks it against the rows
+        return card, []
+    owners = [c for c in data_lib.discrete_spec(card) | (card.get("levels") or {})
+              if c not in cols and str(priv) in (tabular.known_levels(card, c) or [])]
+    if owners:
+        return card | {"privileged": None}, [
+            f"data.privileged={priv!r} is a value of {owners[0]}, not of {card['sensitive']}: the reference group "
+            f"(s = 1, for training and the binary metrics) is the largest group of {card['sensitive']}; set "
+            f"data.privileged to choose it"]
+    allowed = ", ".join(v for lv in levels for v in lv)
+    raise ConfigError(f"data.privileged={priv!r} is not a value of {' or '.join(cols)}; allowed: {allowed}")
 
 
 def _check_size(card: dict) -> tuple[int | None, float]:
@@ -349,7 +405,7 @@ def declared_views(card: dict) -> set[str]:
         views.add("label")
         if card.get("positive") is not None:
             views.add("binary_label")
-    if card.get("sensitive") and card.get("privileged") is not None:
+    if card.get("sensitive"):  # without `privileged` the reference group is the largest (datasets/tabular.py)
         views.add("sensitive")
     if card.get("features"):
         views |= {"features", "numeric"}
@@ -440,6 +496,9 @@ def validate(cfg: DictConfig) -> RunConfig:
         raise ConfigError("data is not set: choose one with data=<name> (see `privfair list`)")
     card = validate_card(OmegaConf.to_container(cfg.data, resolve=True))
     check_compatible(name, plugin, params, card.raw)  # before the algorithm's own checks: the pair comes first
+    if len(tabular.sensitive_columns(card.raw)) > 1 and plugin.kind not in GROUP_KINDS:
+        raise ConfigError(f"data.sensitive={card.sensitive}: an intersection is measured on a classifier's "
+                          f"predictions; algo={name} (kind {plugin.kind}) reads one sensitive attribute: name one")
     card = derive_views(name, plugin, params, card)
     if plugin.kind == "semi_supervised" and card.raw.get("unlabelled_size", AUTO) == AUTO:
         card = replace(card, unlabelled_size=DEFAULT_UNLABELLED)  # the derived unlabelled-pool view
