@@ -16,8 +16,14 @@ Classifier runs also save their test-set predictions (`save_predictions`, on by 
 `artifacts/predictions.parquet` when pyarrow is installed, else `artifacts/predictions.csv`: one row per test
 row with `row_id` (its position in the dataset as loaded), `label`, `group` (the sensitive attribute s, empty
 without one), `score` (the predicted probability of the label 1, or of the predicted class for more than two
-classes; empty for a plugin without `predict_proba`) and `prediction`, so that any metric can be recomputed
-later (fairlearn, AIF360).
+classes; empty for a plugin without `predict_proba`) and `prediction`, then one column per sensitive attribute
+of the card (`data.sensitive` and `roles.protected`, their values as in the data; a name clashing with the columns
+before is written `attribute_<name>`), so that any metric can be recomputed later (fairlearn, AIF360), for any
+grouping.
+
+Classifier evaluations add `group_block`: the rates of every group of `data.sensitive` (more than two values, or an
+intersection), the k-group gaps and 95 % bootstrap intervals of every gap and accuracy (`metrics.group_metrics`,
+docs/groups.md).
 """
 
 from __future__ import annotations
@@ -41,7 +47,26 @@ REFERENCE_CACHE_VERSION = 1
 
 
 def classifier(plugin, train, test, rng: np.random.Generator) -> dict[str, float]:
-    return metrics.classification(test.y, plugin.predict(test.X), test.s)
+    yhat = plugin.predict(test.X)
+    return metrics.classification(test.y, yhat, test.s) | group_block(test, yhat)
+
+
+def groups_of(table) -> metrics.Groups | None:
+    """The groups of the table's sensitive attribute(s) as the loader carries them (datasets/tabular.py), else the
+    two values of its binary s (`s=0`, `s=1`; a loader that reads its own columns), else None."""
+    meta = table.meta
+    if "row_group" in meta and "group_labels" in meta:  # a view that rebuilds the table keeps only the row keys
+        return metrics.Groups(meta["group_attribute"], tuple(meta["group_labels"]), meta["row_group"],
+                              int(meta["group_reference"]))
+    if table.s is None:
+        return None
+    return metrics.Groups("s", ("s=0", "s=1"), np.asarray(table.s).astype(np.int64), 1)
+
+
+def group_block(test, yhat) -> dict[str, float]:
+    """Every group's rates, the k-group gaps and the bootstrap intervals of predictions `yhat` on the test rows
+    (`metrics.group_metrics`; docs/groups.md)."""
+    return metrics.group_metrics(test.y, yhat, groups_of(test), test.s)
 
 
 def generator(plugin, train, test, rng: np.random.Generator) -> dict[str, float]:
@@ -169,7 +194,7 @@ def semi_supervised(plugin, train, test, rng: np.random.Generator) -> dict[str, 
     true labels (`train` is the runner's copy with them): `noise_protected` = N_{1,p}, `noise_unprotected` =
     N_{0,p}, `noise_gap` = N_p. z = 1 (protected) is the card's s = 0."""
     yhat = np.asarray(plugin.predict(test.X)).astype(int)
-    out = metrics.classification(test.y, yhat, test.s)
+    out = metrics.classification(test.y, yhat, test.s) | group_block(test, yhat)
     out["discrimination"] = out["risk_difference_abs"]
     out |= metrics.group_counts(1 - np.asarray(test.s).astype(int), yhat)
     labelled = train.meta["row_labelled"]
@@ -249,7 +274,7 @@ def group_accuracy(plugin, train, test, rng: np.random.Generator) -> dict[str, f
     from privfair_cli.algorithms.dpsgd import group_accuracy as by_group
 
     yhat = plugin.predict(test.X)
-    out = metrics.classification(test.y, yhat, test.s) if plugin.binary else {}
+    out = metrics.classification(test.y, yhat, test.s) | group_block(test, yhat) if plugin.binary else {}
     k = plugin.groups.of_rows(test)
     out |= by_group(test.y, yhat, k, plugin.groups)
     reference = plugin.reference_predict(test.X)
@@ -434,13 +459,18 @@ def predictions(plugin, test) -> pd.DataFrame:
     if hasattr(plugin, "predict_proba"):
         proba = np.asarray(plugin.predict_proba(test.X), dtype=float)
         score = proba if proba.ndim == 1 else proba[np.arange(len(pred)), pred.astype(int)]
-    return pd.DataFrame({
+    frame = pd.DataFrame({
         "row_id": test.meta.get("row_id", np.arange(len(pred))),
         "label": np.asarray(test.y),
         "group": pd.array(test.s, dtype="Int64") if test.s is not None else pd.array([pd.NA] * len(pred), "Int64"),
         "score": score,
         "prediction": pred,
     })
+    codes = test.meta.get("row_attributes")
+    for j, col in enumerate(test.meta.get("attribute_columns", []) if codes is not None else []):
+        name = col if col not in frame.columns else f"attribute_{col}"
+        frame[name] = np.asarray(test.meta["attribute_levels"][j], dtype=object)[codes[:, j]]
+    return frame
 
 
 def save_predictions(frame: pd.DataFrame, artifacts: Path) -> Path:

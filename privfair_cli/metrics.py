@@ -104,6 +104,128 @@ def classification(y, yhat, s=None) -> dict[str, float]:
     return out
 
 
+# ---------------------------------------------------------------------------------------- k groups, intervals
+GROUP_RATES = ("positive_rate", "tpr", "fpr", "fdr", "accuracy")  # positive_rate: the selection rate
+INTERVAL_RATES = ("accuracy", "tpr")  # the per-group rates that also get an interval (the by-group plot's)
+BINARY_GAPS = (("risk_difference", "positive_rate"), ("dtpr", "tpr"), ("dfpr", "fpr"), ("dfdr", "fdr"))
+BOOTSTRAP_RESAMPLES = 1000  # resamples of the test rows behind every interval (0: no intervals)
+BOOTSTRAP_LEVEL = 0.95  # percentile intervals: the 2.5 % and 97.5 % quantiles of the resampled statistic
+BOOTSTRAP_SEED = 50  # fixed: the run's streams are left untouched, so no other metric moves
+CI = ("_ci_low", "_ci_high")
+
+
+def ci_names(metric: str) -> tuple[str, str]:
+    """The names of a metric's interval bounds: `accuracy_ci_low`, `tpr_gap_ci_high[race]`."""
+    base, bracket, rest = metric.partition("[")
+    return f"{base}{CI[0]}{bracket}{rest}", f"{base}{CI[1]}{bracket}{rest}"
+
+
+@dataclass(frozen=True)
+class Groups:
+    """The groups of a sensitive attribute on some rows: `attribute` (`race`, or `sex&race` for an intersection),
+    one label per group (`race=White`, `sex=Male&race=White`), each row's group `codes` (0..k-1) and the
+    `reference` group."""
+
+    attribute: str
+    labels: tuple[str, ...]
+    codes: np.ndarray
+    reference: int
+
+
+def _tally_rates(T: np.ndarray) -> np.ndarray:
+    """GROUP_RATES from tallies (..., 5) = (rows, predicted positive, positive, true positive, correct); NaN where
+    a denominator is 0."""
+    n, pp, pos, tp, cor = np.moveaxis(T, -1, 0)
+    num = np.stack([pp, tp, pp - tp, pp - tp, cor], -1)
+    den = np.stack([n, pos, n - pos, pp, n], -1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(den > 0, num / den, np.nan)
+
+
+def _percentiles(x: np.ndarray, level: float) -> tuple[np.ndarray, np.ndarray]:
+    """Per column of x (resamples x statistics), the two-sided `level` percentile interval over the resamples where
+    the statistic is defined (numpy's linear quantiles); NaN where it is undefined in more than half of them."""
+    x = np.sort(x.T, axis=1)  # NaN last
+    defined = x.shape[1] - np.isnan(x).sum(1)
+    rows = np.arange(len(x))
+    bounds = []
+    for q in ((1 - level) / 2, (1 + level) / 2):
+        pos = q * np.maximum(defined - 1, 0)
+        lo = np.floor(pos).astype(int)
+        hi = np.minimum(lo + 1, np.maximum(defined - 1, 0))
+        a, b = x[rows, lo], x[rows, hi]
+        bounds.append(np.where(2 * defined > x.shape[1], a + (pos - lo) * (b - a), np.nan))
+    return bounds[0], bounds[1]
+
+
+def group_metrics(y, yhat, groups: Groups | None, s=None, resamples: int | None = None,
+                  seed: int = BOOTSTRAP_SEED) -> dict[str, float]:
+    """Rates for every group, the gaps between them, and 95 % bootstrap intervals (docs/groups.md).
+
+    With `groups` (label L, attribute A): `n_test[L]`, each GROUP_RATES rate `<rate>[L]`, `reference[L] = 1` for
+    the reference group, `<rate>_gap[A]` = max - min over the groups where the rate is defined (NaN below two) and
+    `<rate>_vs_ref[L]` = rate(L) - rate(reference) for every other group. With `s`: the intervals of the binary
+    metrics of `classification` (their values are its own). Intervals (`ci_names`) for `accuracy`, each gap and
+    each per-group accuracy and TPR: percentile intervals of `resamples` (BOOTSTRAP_RESAMPLES) resamples of the
+    rows with replacement, seeded with `seed`. Every statistic reads only the counts of the rows' cells (group, s,
+    label, prediction, correct), so a resample is drawn as multinomial counts of those cells (exactly the counts
+    of n rows drawn with replacement), all resamples in one call, and every statistic is a matrix product of the
+    counts: no loop over resamples or rows."""
+    resamples = BOOTSTRAP_RESAMPLES if resamples is None else resamples
+    y, yhat = np.asarray(y), np.asarray(yhat)
+    k = len(groups.labels) if groups is not None else 1
+    g = np.asarray(groups.codes, dtype=np.int64) if groups is not None else np.zeros(len(y), np.int64)
+    sv = np.zeros(len(y), np.int64) if s is None else np.asarray(s).astype(np.int64)
+    cell = (((g * 2 + sv) * 2 + (y != 0)) * 2 + (yhat != 0)) * 2 + (y == yhat)
+    counts = np.bincount(cell, minlength=16 * k)
+    idx = np.flatnonzero(counts)
+    bits = (idx[:, None] >> np.arange(3, -1, -1)) & 1  # s, label, prediction, correct (the group: idx >> 4)
+    tally = np.column_stack([np.ones(len(idx)), bits[:, 2], bits[:, 1], bits[:, 1] & bits[:, 2], bits[:, 3]])
+    A = np.zeros((len(idx), k + 2, 5))  # each cell's tallies, added to its group's and to its s-group's
+    A[np.arange(len(idx)), idx >> 4] = tally
+    A[np.arange(len(idx)), k + bits[:, 0]] = tally
+    N = counts[idx][None, :].astype(float)
+    if resamples:
+        draws = np.random.default_rng(seed).multinomial(len(y), counts[idx] / len(y), size=resamples)
+        N = np.vstack([N, draws])
+    T = (N @ A.reshape(len(idx), -1)).reshape(len(N), k + 2, 5)
+    R = _tally_rates(T)  # resamples (row 0: the rows themselves) x (k groups, s = 0, s = 1) x GROUP_RATES
+    blocks: list[tuple[np.ndarray, list[str], bool, list[bool]]] = []  # (columns, names, value?, interval?)
+    blocks.append((_tally_rates(T[:, :k].sum(1))[:, 4:], ["accuracy"], False, [True]))
+    point = {}
+    if groups is not None:
+        labels, ref, r = groups.labels, groups.reference, R[:, :k]
+        point |= {f"n_test[{label}]": float(T[0, i, 0]) for i, label in enumerate(labels)}
+        point[f"reference[{labels[ref]}]"] = 1.0
+        blocks.append((r.reshape(len(N), -1), [f"{rate}[{label}]" for label in labels for rate in GROUP_RATES], True,
+                       [rate in INTERVAL_RATES for _ in labels for rate in GROUP_RATES]))
+        spread = np.fmax.reduce(r, 1) - np.fmin.reduce(r, 1)
+        blocks.append((np.where((~np.isnan(r)).sum(1) >= 2, spread, np.nan),
+                       [f"{rate}_gap[{groups.attribute}]" for rate in GROUP_RATES], True, [True] * 5))
+        others = [i for i in range(k) if i != ref]
+        blocks.append(((r[:, others] - r[:, [ref]]).reshape(len(N), -1),
+                       [f"{rate}_vs_ref[{labels[i]}]" for i in others for rate in GROUP_RATES], True,
+                       [True] * 5 * len(others)))
+    if s is not None:
+        diff = R[:, k + 1, :4] - R[:, k, :4]  # s = 1 minus s = 0: positive_rate, tpr, fpr, fdr
+        names = [name for name, _ in BINARY_GAPS]
+        blocks.append((np.column_stack([diff, np.abs(diff), np.fmax(np.abs(diff[:, 1]), np.abs(diff[:, 2])),
+                                        R[:, k, 4], R[:, k + 1, 4]]),
+                       names + [f"{name}_abs" for name in names] + ["equalized_odds_gap", "accuracy_s0",
+                                                                     "accuracy_s1"], False, [True] * 11))
+    X = np.concatenate([b[0] for b in blocks], axis=1)
+    names = [name for b in blocks for name in b[1]]
+    valued = [b[2] for b in blocks for _ in b[1]]
+    ci = np.flatnonzero([c for b in blocks for c in b[3]])
+    point |= {name: float(x) for name, x, v in zip(names, X[0], valued, strict=True) if v}
+    if resamples:
+        low, high = _percentiles(X[1:, ci], BOOTSTRAP_LEVEL)
+        for i, lo, hi in zip(ci, low, high, strict=True):
+            a, b = ci_names(names[i])
+            point[a], point[b] = float(lo), float(hi)
+    return point
+
+
 GROUP_NAMES = {(1, 1): "G_PP", (0, 1): "G_UP", (1, 0): "G_PN", (0, 0): "G_UN"}  # (z, label) -> name
 
 
