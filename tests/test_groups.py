@@ -234,3 +234,58 @@ def test_a_run_on_adults_five_races_reports_saves_and_agrees_with_fairlearn(tmp_
     for r in races:
         assert m[f"tpr[race={r}]"] == pytest.approx(frame.by_group.loc[r, "tpr"])
     assert m["positive_rate_gap[race]"] == pytest.approx(frame.difference()["positive_rate"])
+
+
+# ------------------------------------------------------------------------------------------ report and plot
+def write_runs(root, eps_values=(1.0, 10.0), seeds=(0, 1, 2)):
+    """Runs of one algorithm on fake five-group predictions, whose group gaps shrink as eps grows."""
+    from privfair_cli import results
+
+    labels = tuple(f"race={v}" for v in ("White", "Black", "Asian", "Other", "Native"))
+    for eps in eps_values:
+        for seed in seeds:
+            y, yhat, g = fake(seed + int(eps), n=2000)
+            m = metrics.classification(y, yhat, g == 0) | metrics.group_metrics(
+                y, yhat, metrics.Groups("race", labels, g, 0), (g == 0).astype(int))
+            rec = {"algo": "pflr", "data": "adult", "eps": eps, "delta": 0.0, "seed": seed, "metrics": m,
+                   "privacy": {"eps_spent": eps, "delta_spent": 0.0, "ledger": []}, "guarantee": "eps-DP",
+                   "warnings": [], "timings": {"total": 0.1}, "env": {"device": "cpu"}}
+            results.write_run(root / f"eps={eps}" / f"seed={seed}", "algo: pflr\n", rec)
+    return labels
+
+
+def test_report_shows_both_spreads_marks_gaps_near_zero_and_plots_every_group(tmp_path, capsys):
+    from privfair_cli.tools import report
+
+    labels = write_runs(tmp_path)
+    summary = report.report(tmp_path, plot="eps", by_group=True)
+    out = capsys.readouterr().out
+    assert {"accuracy_ci_low_mean", "dtpr_ci_high_mean", "tpr_gap_ci_low[race]_mean"} <= set(summary.columns)
+    assert "tpr_gap[race]" in (tmp_path / "summary.md").read_text()  # more than two groups: the k-group gaps
+    row = summary.iloc[0]
+    cell = report.cells(summary, "accuracy")[0]
+    assert cell == (f"{row['accuracy_mean']:.4f} ± {row['accuracy_std']:.4f} "
+                    f"[{row['accuracy_ci_low_mean']:.4f}, {row['accuracy_ci_high_mean']:.4f}]")
+    for i in range(len(summary)):
+        r = summary.iloc[i]
+        near_zero = r["dfpr_ci_low_mean"] <= 0 <= r["dfpr_ci_high_mean"]
+        assert report.cells(summary, "dfpr")[i].endswith(report.MARK) == near_zero
+    groups = pd.read_csv(tmp_path / "summary_groups.csv")
+    assert len(groups) == 2 * len(labels) and set(groups["group"]) == set(labels)
+    assert (groups.loc[groups["group"] == "race=White", "reference"] == "yes").all()
+    assert groups["n_test_mean"].notna().all() and groups["tpr_ci_low_mean"].notna().all()
+    marks = (groups["tpr_vs_ref_ci_low_mean"] <= 0) & (groups["tpr_vs_ref_ci_high_mean"] >= 0)
+    assert (tmp_path / "summary_groups.md").read_text().count(report.MARK) >= marks.sum()
+    assert (tmp_path / "tradeoff_eps_by_group.png").stat().st_size > 10_000
+    assert "wrote" in out and "summary_groups.csv" in out
+
+
+def test_marks_read_the_signed_gaps():
+    from privfair_cli.tools import report
+
+    row = pd.Series({"dtpr_ci_low_mean": -0.01, "dtpr_ci_high_mean": 0.03, "dfpr_ci_low_mean": 0.01,
+                     "dfpr_ci_high_mean": 0.05, "tpr_vs_ref_ci_low[race=Black]_mean": -0.2,
+                     "tpr_vs_ref_ci_high[race=Black]_mean": 0.1})
+    assert report.marked(row, "dtpr") and report.marked(row, "dtpr_abs") and not report.marked(row, "dfpr")
+    assert not report.marked(row, "equalized_odds_gap")  # dfpr's interval holds no 0
+    assert report.marked(row, "tpr_vs_ref[race=Black]") and not report.marked(row, "tpr_gap[race]")

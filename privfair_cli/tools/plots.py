@@ -1,6 +1,9 @@
 """Every figure privfair draws: one matplotlib helper (`figure`), the figure kinds an experiment config selects
 for `privfair reproduce`, the trade-off plot of `privfair report --plot`, and the per-run artifact plots.
 
+`privfair report --plot KEY --by-group` adds `by_group`: each group's accuracy and TPR against KEY, with the spread
+over seeds and the mean within-run bootstrap interval (docs/groups.md).
+
 Figure kinds of an experiment (`reproduce.figure` in `configs/experiment/<name>.yaml`, one mapping or a list):
 
     figure: {_target_: privfair_cli.tools.plots.ours_vs_published, file: figure.png, metrics: [TPR, FPR, TDR]}
@@ -127,6 +130,57 @@ def _draw_line(column, line: pd.DataFrame, x: str, metrics: list[str], series: l
         else:
             ax.plot(line[x], mean, marker="o", ms=3, color=colour, label=label)
             ax.fill_between(line[x], mean - std, mean + std, color=colour, alpha=0.18, lw=0)
+
+
+GROUP_PLOT_RATES = {"accuracy": "accuracy", "tpr": "TPR"}  # what by_group draws per group
+
+
+def by_group(groups: pd.DataFrame, x: str, path: Path, rates: dict[str, str] = GROUP_PLOT_RATES):
+    """Each group's `rates` (rows) against `x`, one column per algorithm, dataset and value of the other swept
+    keys, from a per-group summary (report.group_summary): the mean over seeds as a line, its std over seeds as
+    error bars, and the mean within-run 95 % bootstrap interval as a band; the reference group drawn dashed."""
+    keys = [c for c in groups.columns if not c.endswith(("_mean", "_std")) and c != "runs"]
+    if x not in keys or not pd.api.types.is_numeric_dtype(groups[x]):
+        allowed = [k for k in keys if pd.api.types.is_numeric_dtype(groups[k])]
+        raise PrivfairError(f"--plot {x}: not a numeric swept key of these runs; allowed: {', '.join(allowed)}")
+    rates = {r: title for r, title in rates.items() if f"{r}_mean" in groups.columns}
+    other = (x, "guarantee", "attribute", "group", "reference")
+    panel_keys = ["algo", "data"] + [k for k in keys if k not in (*other, "algo", "data")
+                                     and groups[k].nunique(dropna=False) > 1]
+    panels = groups[panel_keys].astype(str).agg(", ".join, axis=1)
+    names = list(dict.fromkeys(panels.sort_values()))
+    labels = list(dict.fromkeys(groups["group"].astype(str)))
+    colours = {label: f"C{i % 10}" for i, label in enumerate(labels)}
+    xs = groups[x].astype(float)
+    log_x = bool((xs > 0).all() and xs.max() / xs.min() >= 100)
+    with figure(path, len(rates), len(names), panel=(4.2, 2.9), dpi=130, legend_below=True, sharex=True,
+                title="each group: mean over seeds (error bars: std over seeds; band: mean within-run 95 % "
+                      "bootstrap interval)") as (fig, axes):
+        for j, name in enumerate(names):
+            sub = groups[panels == name]
+            for label, line in sub.groupby(sub["group"].astype(str), sort=False):
+                line = line.sort_values(x)
+                dashed = (line.get("reference", pd.Series([""])) == "yes").any()
+                for i, rate in enumerate(rates):
+                    ax = axes[i, j]
+                    mean, std = line[f"{rate}_mean"].to_numpy(float), line[f"{rate}_std"].fillna(0).to_numpy(float)
+                    ax.errorbar(line[x], mean, yerr=std, marker="o", ms=3, capsize=2, color=colours[label],
+                                ls="--" if dashed else "-", label=label + (" (reference)" if dashed else ""))
+                    low, high = (f"{rate}_ci_{b}_mean" for b in ("low", "high"))
+                    if low in line and high in line:
+                        ax.fill_between(line[x], line[low], line[high], color=colours[label], alpha=0.12, lw=0)
+            for i, rate in enumerate(rates):
+                ax = axes[i, j]
+                ax.grid(alpha=0.3)
+                if log_x:
+                    ax.set_xscale("log")
+                if i == 0:
+                    ax.set_title(name, fontsize=9)
+                if i == len(rates) - 1:
+                    ax.set_xlabel(x.removeprefix("cfg."))
+                if j == 0:
+                    ax.set_ylabel(rates[rate])
+    return fig
 
 
 # ---------------------------------------------------------------------------------------------- reproduce
