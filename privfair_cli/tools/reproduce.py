@@ -42,8 +42,8 @@ Keys of the `reproduce:` block (REQUIRED, then optional):
   (e.g. `{"*_race": audit=race}`).
 - `cell` (`_target_` style): how a cell's number is computed from its runs, called as
   `cell(pick, algorithm, key) -> Cell` where `pick(algorithm)` gives the runs of the cell's dataset and settings.
-  Default `mean_of_runs`; `privfair_cli.tools.reproduce.ratio` ({denominator, scale, undefined}) gives
-  `scale * mean(algorithm) / mean(denominator)` (e.g. PreFair's Greedy as % of MST);
+  Default `mean_of_runs`; `privfair_cli.tools.reproduce.ratio` ({denominator, scale, undefined, offset}) gives
+  `scale * mean(algorithm) / mean(denominator) + offset` (e.g. PreFair's Greedy as % of MST);
   `privfair_cli.tools.reproduce.pipeline` picks a composable pipeline's runs by the published `<pre>+<gen>` name
   (FFPDG Tables 1-5). `privfair_cli.tools.reproduce.on_curve` ({x, level_key, level, common}) reads a number off a
   trade-off curve (a key at the x where another key reaches a level, e.g. "Dis at the same accuracy").
@@ -221,16 +221,17 @@ def median_of_runs(pick, algorithm: str, key: str) -> Cell:
 
 
 def ratio(pick, algorithm: str, key: str, denominator: str, scale: float = 100.0,
-          undefined: str = "ratio undefined: both means are 0") -> Cell:
-    """`scale * mean(algorithm) / mean(denominator)` of `key` over the runs of the same dataset and settings
-    (e.g. PreFair Table 3, prefair.md §9 item 6); `n` is the smaller of the two run counts (`runs=n` is noted in the
-    setting), the std is not defined. A 0 / 0 ratio is NaN with the reason `undefined`."""
+          undefined: str = "ratio undefined: both means are 0", offset: float = 0.0) -> Cell:
+    """`scale * mean(algorithm) / mean(denominator) + offset` of `key` over the runs of the same dataset and
+    settings (e.g. PreFair Table 3, prefair.md §9 item 6; `offset: -100` gives the change in percent, "a 7 %
+    increase over MST"); `n` is the smaller of the two run counts (`runs=n` is noted in the setting), the std is
+    not defined. A 0 / 0 ratio is NaN with the reason `undefined`."""
     top, bottom = pick(algorithm), pick(denominator)
     n = min(len(top), len(bottom))
     if not n or key not in top or key not in bottom:
         return Cell(float("nan"), float("nan"), n, f"runs={n}", undefined if n else "")
     with np.errstate(invalid="ignore", divide="ignore"):
-        value = float(scale * np.float64(top[key].mean()) / np.float64(bottom[key].mean()))
+        value = float(scale * np.float64(top[key].mean()) / np.float64(bottom[key].mean()) + offset)
     return Cell(value, float("nan"), n, f"runs={n}", undefined if math.isnan(value) else "")
 
 

@@ -65,8 +65,9 @@ KINDS = (
          "distance of the release to the data), read off figures to about 0.003; 10 % of the value where that is "
          "larger", ("tvd_1way", "tvd_2way", "acd", "dist_*")),
     Kind("percent of reference", 5.0, 0.0, "a ratio of two means in percent of the reference algorithm "
-         "(PreFair's MST): 5 points", ("tvd_*_pct_of_mst", "acd_pct_of_mst", "accuracy_pct_of_mst", "dp_pct_of_mst",
-                                     "tprb_pct_of_mst", "tnrb_pct_of_mst", "c*_pct_of_mst")),
+         "(PreFair's MST), or its change from it: 5 points",
+         ("tvd_*_pct_of_mst", "acd_pct_of_mst", "accuracy_pct_of_mst", "dp_pct_of_mst", "tprb_pct_of_mst",
+          "tnrb_pct_of_mst", "c*_pct_of_mst", "tvd_*_increase_pct", "acd_increase_pct")),
     Kind("mean difference", 0.05, 0.1, "a difference of two group means of a score (not bounded by 1): 10 % of "
          "the value, at least 0.05", ("MD", "WMD")),
     Kind("training statistic", 0.05, 0.1, "a last-epoch training loss or gradient norm: 10 % of the value, at "
