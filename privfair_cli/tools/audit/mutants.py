@@ -118,6 +118,12 @@ def dpsgd_shuffled_batches():
                    lambda real: lambda n, cfg, rng: real(n, dataclasses.replace(cfg, batch_sampling="shuffle"), rng))
 
 
+def output_perturbation_noise_half():
+    """The correlated plugins' output perturbation draws its Gamma-norm noise at half the scale its entry states."""
+    return patched("privfair_cli.privacy.correlated", "gamma_norm_noise",
+                   lambda real: lambda d, scale, draws, rng: real(d, scale / 2, draws, rng))
+
+
 def release_outside_ledger():
     """The second Laplace release of each fit is drawn without its ledger entry (PFLR*'s polynomial after mu)."""
     from privfair_cli.privacy import mechanisms
@@ -160,6 +166,9 @@ class Mutant:
 
 
 SGD = ("algo=dpsgd", "data=compas", "eps=4", "algo.reference=false", "algo.epochs=3", "algo.batch_size=32")
+# the MNIST CNN on 300 rows in full batches: 431,080 parameters, one Dirac canary each
+SGD_ONE_RUN = ("algo=dpsgd", "data=mnist", "eps=4", "algo.reference=false", "algo.epochs=10", "algo.batch_size=300")
+CDP = ("algo=cdp_group", "data=compas", "eps=1", "algo.n_estimators=10")  # fewer trees: a faster preparation
 MUTANTS = [
     Mutant("laplace_noise_half", "Laplace noise / 2 (privlr)", laplace_noise_half,
            ("algo=privlr", "data=compas", "eps=1"), "calibration"),
@@ -178,6 +187,10 @@ MUTANTS = [
     Mutant("dpsgd_no_clipping", "DP-SGD clipping skipped", dpsgd_no_clipping, SGD, "dpsgd_clipping"),
     Mutant("dpsgd_shuffled_batches", "DP-SGD shuffled batches under the Poisson accountant", dpsgd_shuffled_batches,
            SGD, "dpsgd_batches"),
+    Mutant("dpsgd_noise_half_one_run", "DP-SGD noise / 2, full batches (the white-box one-run audit)",
+           dpsgd_noise_half, SGD_ONE_RUN, "dpsgd_one_run", fast=False),
+    Mutant("output_perturbation_noise_half", "output perturbation's Gamma-norm noise / 2 (cdp_group)",
+           output_perturbation_noise_half, CDP, "calibration", fast=False),
     Mutant("release_outside_ledger", "a Laplace release that bypasses the ledger (pflr_star's polynomial)",
            release_outside_ledger, ("algo=pflr_star", "data=compas", "eps=1"), "ledger"),
     Mutant("composition_once", "composition counted once for two releases (pflr_star)", composition_once,

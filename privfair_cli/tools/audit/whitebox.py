@@ -60,7 +60,9 @@ ACCOUNTING_TOL = 0.01  # the claim may sit this fraction below an independent bo
 MAX_PIT = 200_000  # probability integral transforms kept per family (a random subset beyond)
 # Algorithms whose sensitivities are stated for replace-one neighbours (the functional mechanism's coefficient
 # bounds, pflr.md §1.4, pdfc.md §2.4-2.5): their sensitivity search also replaces a row by a corner record.
-REPLACE_ONE = frozenset({"privlr", "pflr", "pflr_star", "pdfc", "adfc", "relaxed_fm"})
+REPLACE_ONE = frozenset({"privlr", "pflr", "pflr_star", "pdfc", "adfc", "relaxed_fm",
+                         # output perturbation of a regularised ERM (Chaudhuri et al. 2011): 2 / (n lam), replace-one
+                         "cdp_zhu", "cdp_group", "crfs"})
 LAPLACE_ENTRIES = ("laplace", "correlated_laplace", "laplace_empirical_sensitivity")
 
 
@@ -83,12 +85,17 @@ class Trace(Recording):
     every draw: `events` holds ("spend", entry) and ("draw", k), k indexing `draws`, whose items are (kind, value
     before noise, scale, output, direct). A direct draw is Laplace or Gaussian noise a plugin takes from the
     generator itself after paying for it (lapmech's table, drawn in chunks): its value is unknown (zeros), so it
-    is checked for its entry and its law, not for its sensitivity."""
+    is checked for its entry and its law, not for its sensitivity, unless the query it perturbs was observed
+    (`query`, lapmech's full contingency table): then its direct flag is "known" and it carries that value."""
 
     def __init__(self, seed, replay=None, row_ids=None):
         super().__init__(seed, replay, row_ids)
         self.events: list[tuple] = []
         self.draws: list[tuple] = []
+        self.own: list[OwnRelease] = []  # releases observed at their functions (`observing_own`)
+        self.query, self.query_pos = None, 0  # the value before noise of the direct draws to come (lapmech)
+        self.unaccounted = 0  # their draws made with no ledger (an internal evaluation its caller accounts for)
+        self.columns = None  # the feature set such a release is made on (the correlated plugins' `final`)
 
     def _add(self, value, scale, kind):
         out = super()._add(value, scale, kind)
@@ -105,8 +112,13 @@ class Trace(Recording):
     def _direct(self, kind, loc, scale, out):
         if not self.in_release:
             noise = np.asarray(out, dtype=float) - np.asarray(loc, dtype=float)
-            self.draws.append((kind, np.zeros_like(noise), np.broadcast_to(np.asarray(scale, dtype=float),
-                                                                            noise.shape).copy(), noise, True))
+            value, known = np.zeros_like(noise), True
+            if self.query is not None and self.query_pos + noise.size <= self.query.size:
+                value = self.query[self.query_pos:self.query_pos + noise.size].reshape(noise.shape)
+                self.query_pos += noise.size
+                known = "known"
+            self.draws.append((kind, value, np.broadcast_to(np.asarray(scale, dtype=float), noise.shape).copy(),
+                               value + noise, known))
             self.events.append(("draw", len(self.draws) - 1))
         return out
 
@@ -130,11 +142,99 @@ def observing(trace: Trace):
         ledger_mod.OBSERVERS.remove(observe)
 
 
+@dataclass
+class OwnRelease:
+    """A release whose noise a plugin draws from the generator itself with a law of density proportional to
+    exp(-eps |b|_2 / (`norm_scale` sensitivity)) per noise vector b (norm Gamma(d, norm_scale sensitivity / eps),
+    uniform direction), observed at its function (`observing_own`): `kind` "output" (the correlated plugins'
+    output perturbation: released weights = `value` + noise, one entry per draw, sensitivity 2 kappa / (n lam))
+    or "objective" (DPNE's objective perturbation: the rows eta_i of its noise term, one entry for all of them;
+    `value` is the walk matrix M whose change Lemma 1 bounds); `noise` one vector per row."""
+
+    kind: str
+    value: np.ndarray
+    noise: np.ndarray
+    entries: list
+    kappa: float = 1.0
+    norm_scale: float = 1.0
+
+
+OBJECTIVE_PERTURBATION = "objective_perturbation"
+
+
+@contextlib.contextmanager
+def observing_own(trace: Trace):
+    """Within the block, the releases whose noise is drawn outside the noise source's mechanisms are observed at
+    their functions (module attributes, restored after): the correlated plugins' output perturbation
+    (`privfair_cli.privacy.correlated`) and DPNE's objective noise with the walk matrix it perturbs
+    (`algorithms.dpne`) are kept in `trace.own`; lapmech's full contingency table, whose Laplace noise is drawn
+    from the generator in chunks, gives those draws their value before noise (`Trace.query`)."""
+    from privfair_cli.algorithms import causal, dpne
+    from privfair_cli.privacy import correlated
+
+    real_op, real_on, real_cc = (correlated.correlated_output_perturbation, dpne.objective_noise,
+                                 dpne.cached_context)
+    real_nct, real_ct = causal.noisy_contingency_table, causal.contingency
+    state = {"m": None, "table": False}
+
+    def output_perturbation(w, n, lam, kappa, eps, rng, ledger, note="", draws=1):
+        before = len(ledger.entries) if ledger is not None else 0
+        out = real_op(w, n, lam, kappa, eps, rng, ledger, note, draws)
+        if ledger is None:
+            trace.unaccounted += draws
+        else:
+            w = np.asarray(w, dtype=float)
+            trace.own.append(OwnRelease("output", w.copy(), np.asarray(out, dtype=float) - w[None, :],
+                                        list(ledger.entries[before:]), float(kappa)))
+            trace.events.append(("own", len(trace.own) - 1))
+        return out
+
+    def cached_context(graph, k, h_norm):
+        m, h = real_cc(graph, k, h_norm)
+        state["m"] = m
+        return m, h
+
+    def objective_noise(n, k, eps, sensitivity, rng):
+        noise = real_on(n, k, eps, sensitivity, rng)
+        spent = [ev[1] for ev in trace.events if ev[0] == "spend"]
+        entries = spent[-1:] if spent and spent[-1].mechanism == OBJECTIVE_PERTURBATION else []
+        value = np.zeros(0) if state["m"] is None else np.asarray(state["m"], dtype=float)
+        trace.own.append(OwnRelease("objective", value, np.asarray(noise, dtype=float).copy(), entries,
+                                    norm_scale=2.0))
+        trace.events.append(("own", len(trace.own) - 1))
+        return noise
+
+    def noisy_contingency_table(codes, cats, eps, rng, ledger, max_cells, occupied_only=False):
+        state["table"] = not occupied_only  # the noise covers every cell: the draws follow the table's order
+        try:
+            return real_nct(codes, cats, eps, rng, ledger, max_cells, occupied_only)
+        finally:
+            state["table"] = False
+            trace.query = None
+
+    def contingency(*args, **kwargs):
+        out = real_ct(*args, **kwargs)
+        if state["table"]:
+            trace.query, trace.query_pos = np.asarray(out, dtype=float).ravel().copy(), 0
+        return out
+
+    correlated.correlated_output_perturbation, dpne.objective_noise = output_perturbation, objective_noise
+    dpne.cached_context, causal.noisy_contingency_table, causal.contingency = (cached_context,
+                                                                               noisy_contingency_table, contingency)
+    try:
+        yield trace
+    finally:
+        correlated.correlated_output_perturbation, dpne.objective_noise = real_op, real_on
+        dpne.cached_context, causal.noisy_contingency_table, causal.contingency = real_cc, real_nct, real_ct
+
+
 def traced_fit(s: Setup, table, key: tuple, replay=None):
     """The plugin's own fit on `table` with a `Trace` seeded by `key` (replaying `replay`'s outputs if given)."""
     trace = Trace(key, replay, table.meta.get("row_id"))
-    with observing(trace):
+    with observing(trace), observing_own(trace):
         plugin, ledger = fit(s, table, key, trace)
+    final = getattr(plugin, "final", None)  # the correlated plugins' released feature set
+    trace.columns = None if final is None else tuple(np.asarray(final).tolist())
     return plugin, ledger, trace
 
 
@@ -158,6 +258,10 @@ def paid_direct(trace: Trace) -> list[tuple]:
             kept.append(ev)
             pending, last = True, None
             continue
+        if ev[0] == "own":  # a Gamma-norm release, paid by the entries it made (`own_ledger_problems`)
+            kept.append(ev)
+            pending, last = False, None
+            continue
         kind, _, scale, _, direct = trace.draws[ev[1]]
         if not direct:
             kept.append(ev)
@@ -176,6 +280,9 @@ def releases(trace: Trace) -> tuple[list[Release], list[str]]:
     pending, current, prev_was_draw = None, None, False
     unpaid = []  # releases drawn before any entry: paid by the next entry (PATE-GAN spends after its votes)
     for ev in paid_direct(trace):
+        if ev[0] == "own":  # its entries are its own: nothing after it is paid by them
+            pending, prev_was_draw = None, False
+            continue
         if ev[0] == "spend":
             pending = ev[1]
             if unpaid:
@@ -232,13 +339,33 @@ def selection_eps(entry) -> float:
 
 
 # ------------------------------------------------------------------------------------------ the checks
+OUTPUT_PERTURBATION = "correlated_output_perturbation"
+
+
+def own_ledger_problems(trace: Trace) -> list[str]:
+    """An output perturbation must make one entry of its mechanism per draw, an objective perturbation one entry
+    of its own for its noise term, each with the (eps, sensitivity) the calibration check reads."""
+    out = []
+    for k, rel in enumerate(trace.own):
+        names = [e.mechanism for e in rel.entries]
+        want, count = ((OUTPUT_PERTURBATION, len(rel.noise)) if rel.kind == "output"
+                       else (OBJECTIVE_PERTURBATION, 1))
+        what = "output perturbation" if rel.kind == "output" else "objective perturbation"
+        if len(rel.entries) != count or any(n != want for n in names):
+            out.append(f"{what} {k}: {len(rel.noise)} noise vectors released with {len(rel.entries)} entries "
+                       f"({', '.join(names) or 'none'}; {count} {want} wanted): a release outside the ledger")
+        elif any(e.sensitivity is None or not e.eps > 0 for e in rel.entries):
+            out.append(f"{what} {k}: an entry without a sensitivity or eps")
+    return out
+
+
 def check_ledger(traces: list[Trace]) -> Check:
     problems, n_rel, n_draws = [], 0, 0
     for trace in traces:
         rels, p = releases(trace)
-        problems += p
-        n_rel += len(rels)
-        n_draws += sum(ev[0] == "draw" for ev in paid_direct(trace))
+        problems += p + own_ledger_problems(trace)
+        n_rel += len(rels) + len(trace.own)
+        n_draws += sum(ev[0] == "draw" for ev in paid_direct(trace)) + sum(len(r.noise) for r in trace.own)
     if not n_draws:
         return Check("ledger", "skipped", "no draw through privfair's noise source (noise drawn elsewhere)")
     if problems:
@@ -370,6 +497,10 @@ def check_calibration(traces: list[Trace], rng: np.random.Generator) -> Check:
                 used = np.where(live, want if want is not None else scale, 1.0)
                 z = ((np.asarray(out, dtype=float) - v) / used)[live].ravel()
                 pits[kind].append(_pit(kind, z))
+    for trace in traces:
+        for kind, u in own_pits(trace).items():
+            pits.setdefault(kind, []).append(u)
+        checked += sum(len(r.entries) for r in trace.own)
     figs, worst = {}, None
     for kind, parts in pits.items():
         if not parts:
@@ -379,7 +510,7 @@ def check_calibration(traces: list[Trace], rng: np.random.Generator) -> Check:
             u = rng.choice(u, MAX_PIT, replace=False)
         p = float(stats.kstest(u, "uniform").pvalue) if len(u) >= 20 else math.nan
         figs[f"{kind}_draws"], figs[f"{kind}_ks_p"] = len(u), p
-        if kind != "select":
+        if kind in ("laplace", "gaussian"):
             figs[f"{kind}_std_ratio"] = float(np.std(_inverse(kind, u)) / (math.sqrt(2) if kind == "laplace"
                                                                           else 1.0))
         if p < PVALUE and (worst is None or p < worst[1]):
@@ -399,13 +530,42 @@ def check_calibration(traces: list[Trace], rng: np.random.Generator) -> Check:
                      figs | {"scales_checked": checked})
     if worst:
         kind, p, n = worst
-        what = "the exponential mechanism's choices" if kind == "select" else f"the {kind} noise"
+        what = {"select": "the exponential mechanism's choices", "gamma_norm": "the Gamma-norm noise norms",
+                "direction": "the Gamma-norm noise directions"}.get(kind, f"the {kind} noise")
         return Check("calibration", "fail", f"{what} over {n} draws do not follow the claimed law "
                      f"({'z-test of the chosen logits' if kind == 'select' else 'Kolmogorov-Smirnov'} p = {p:.2g})",
                      figs | {"scales_checked": checked})
     return Check("calibration", "pass", f"{checked} scales as their entries imply; noise laws: "
                  + ", ".join(f"{k} p={figs[k + '_ks_p']:.2g} ({figs[k + '_draws']} draws)" for k in pits
                              if k + "_ks_p" in figs), figs | {"scales_checked": checked})
+
+
+def own_pits(trace: Trace) -> dict[str, np.ndarray]:
+    """The probability integral transforms of the Gamma-norm noise vectors of `trace.own` under the law their
+    entry claims (density proportional to exp(-eps |b|_2 / (norm_scale sensitivity))): |b| ~ Gamma(d, norm_scale
+    sensitivity / eps) (`gamma_norm`), and the direction uniform on the sphere, (u . b / |b|)^2 ~ Beta(1/2,
+    (d - 1)/2) for a fixed unit vector u (`direction`). An objective perturbation's rows are
+    many vectors of one release: at most `MAX_PIT` of them are kept."""
+    norms, dirs = [], []
+    for rel in trace.own:
+        if not rel.entries or (rel.kind == "output" and len(rel.entries) != len(rel.noise)):
+            continue
+        noise = rel.noise
+        d = noise.shape[1]
+        entries = rel.entries if rel.kind == "output" else rel.entries * len(noise)
+        r = np.linalg.norm(noise, axis=1)
+        scale = np.array([rel.norm_scale * e.sensitivity / e.eps for e in entries])
+        norms.append(stats.gamma.cdf(r, d, scale=scale))
+        if d >= 2:  # u = the coordinate axis e_(i mod d) for vector i: fixed, so never drawn from a stream
+            live = r > 0  # that could be the noise's own (a seed that is a prefix of the fit's is the same)
+            cos = noise[live, np.arange(len(noise))[live] % d] / r[live]
+            dirs.append(stats.beta.cdf(cos ** 2, 0.5, (d - 1) / 2))
+    out = {}
+    if norms:
+        out["gamma_norm"] = np.concatenate(norms)
+    if dirs:
+        out["direction"] = np.concatenate(dirs)
+    return out
 
 
 def _inverse(kind: str, u: np.ndarray) -> np.ndarray:
@@ -456,10 +616,84 @@ def outcome(table) -> str | None:
     return names[0] if names else None
 
 
+def edge_neighbours(table, rng: np.random.Generator, count: int = 3) -> list[tuple]:
+    """Edge-level neighbours of a network (its privacy unit): D and D plus an edge (between the two lowest-degree
+    vertices not adjacent, two isolated vertices if any, two vertices of degree 1, the two highest-degree ones not
+    adjacent, random pairs) and D and D without an edge (of the highest degree sum, one whose removal leaves a
+    vertex of degree 1 isolated, random ones)."""
+    from privfair_cli.tools.audit.canaries import graph_canary, with_edge
+
+    graph = table.meta["graph"]
+    adj = graph.adjacency
+    degree = np.asarray(adj.sum(axis=1)).ravel()
+    edges = graph.edges()
+    added, removed = [("lowest-degree pair", graph_canary(graph, "extreme"))], [
+        ("highest degree sum", graph_canary(graph, "row"))]
+
+    def non_adjacent(pool, tries=50):
+        pool = np.asarray(pool)
+        for _ in range(tries if len(pool) >= 2 else 0):
+            u, v = (int(x) for x in rng.choice(pool, 2, replace=False))
+            if not adj[u, v]:
+                return u, v
+        return None
+
+    for name, pool in (("isolated pair", np.flatnonzero(degree == 0)), ("degree-1 pair", np.flatnonzero(degree == 1)),
+                       ("highest-degree pair", np.argsort(-degree, kind="stable")[:10])):
+        pair = non_adjacent(pool)
+        if pair is not None:
+            added.append((name, pair))
+    for _ in range(count):
+        pair = non_adjacent(np.arange(graph.n))
+        if pair is not None:
+            added.append(("random pair", pair))
+    leaf = [e for e in edges if min(degree[e[0]], degree[e[1]]) == 1]
+    if leaf:
+        e = leaf[int(rng.integers(len(leaf)))]
+        removed.append(("an edge at a degree-1 vertex", (int(e[0]), int(e[1]))))
+    for i in rng.choice(len(edges), size=min(count, len(edges)), replace=False) if len(edges) else []:
+        removed.append(("random edge", (int(edges[i][0]), int(edges[i][1]))))
+    pairs = [(f"D + edge {u}-{v} ({name})", table, with_edge(table, (u, v), True)) for name, (u, v) in added]
+    pairs += [(f"D - edge {u}-{v} ({name})", table, with_edge(table, (u, v), False)) for name, (u, v) in removed]
+    return pairs
+
+
+def domain_corner_neighbours(table, rng: np.random.Generator, halves: int = 2) -> list[tuple]:
+    """Adversarial D of the discrete view's declared domain: every record the corner a of the code box (the
+    largest code on a set A of attributes, code 0 on the rest), and the canary the opposite corner. A statistic
+    of second moments (a covariance) moves most when D sits at one corner and the canary at the other, which the
+    audited data, spread over the box, never show. A = every attribute, and `halves` random halves. The label
+    follows the outcome attribute where the card has one."""
+    if table.frame is None or not table.domain or not len(table.frame.columns):
+        return []
+    cols = list(table.frame.columns)
+    top = np.array([max(int(table.domain.get(c, 1)) - 1, 0) for c in cols])
+    col = outcome(table)
+    sets = [np.ones(len(cols), bool)] + [rng.random(len(cols)) < 0.5 for _ in range(halves)]
+    pairs = []
+    for A in sets:
+        a, b = np.where(A, top, 0), np.where(A, 0, top)
+        frame = table.frame.copy()
+        frame.loc[:, cols] = np.tile(a, (len(frame), 1))
+        frame = frame.astype(table.frame.dtypes)
+        y = table.y if col is None else np.full_like(table.y, a[cols.index(col)])
+        hom = dataclasses.replace(table, frame=frame, y=y)
+        rec = {"X": table.X[0] if len(table.X) else np.zeros(table.d),
+               "y": table.y[0] if col is None else b[cols.index(col)],
+               "s": None if table.s is None else table.s[0], "frame": dict(zip(cols, b.tolist(), strict=True))}
+        name = "every attribute" if A.all() else f"{int(A.sum())} of {len(cols)} attributes"
+        pairs.append((f"D with every record at the domain's corner (largest code on {name}), + the opposite "
+                      "corner", hom, with_records(hom, [rec])))
+    return pairs
+
+
 def neighbours(s: Setup, rng: np.random.Generator, corners: int = 8, removed: int = 3) -> list[tuple]:
     """(description, D_a, D_b) pairs of neighbours of the audited D: D and D + a corner record; D and D without a
-    record; for `REPLACE_ONE` algorithms, D with a row replaced by one corner record and by another."""
+    record; for `REPLACE_ONE` algorithms, D with a row replaced by one corner record and by another. On a network
+    the neighbours differ by one edge (`edge_neighbours`)."""
     table = s.table
+    if "graph" in table.meta:
+        return edge_neighbours(table, rng)
     recs = corner_records(table, rng, corners)
     pairs = [(f"D + [{name}]", table, with_records(table, [rec])) for name, rec in recs]
     n = len(table)
@@ -482,6 +716,7 @@ def neighbours(s: Setup, rng: np.random.Generator, corners: int = 8, removed: in
                 rec = {"X": np.ones(table.d), "y": 1 - y0, "s": 1 - s0, "frame": codes}
                 pairs.append((f"D with y={y0}, s={s0} everywhere, + [x=ones, y={1 - y0}, s={1 - s0}]", hom,
                               with_records(hom, [rec])))
+    pairs += domain_corner_neighbours(table, rng)
     if s.rc.algo in REPLACE_ONE:
         base = table.subset(np.delete(np.arange(n), far))
         for (na, ra), (nb, rb) in zip(recs[::2], recs[1::2], strict=False):
@@ -512,17 +747,23 @@ def release_change(entry, kind: str, scale, dv: np.ndarray, v) -> tuple[float, f
     return float(np.linalg.norm(dv)), entry.sensitivity, "L2 change"
 
 
+def has_values(trace: Trace) -> bool:
+    """Whether the trace holds a release whose value before noise is known: a mechanism's draw, an observed
+    Gamma-norm release, or a direct draw whose query was observed."""
+    return bool(trace.log or trace.own or any(d[4] == "known" for d in trace.draws))
+
+
 def check_sensitivity(s: Setup, pairs: list[tuple], key: tuple) -> Check:
     """Every release's query on each neighbouring pair (replayed with the same noise) against its entry."""
     worst: dict[str, tuple] = {}
-    diverged, compared = [], 0
+    diverged, compared, other_columns = [], 0, 0
     for desc, da, db in pairs:
         try:
             _, _, primary = traced_fit(s, da, key)
         except PrivfairError as err:
             diverged.append(f"{desc}: refused ({err})")
             continue
-        if not primary.log:
+        if not has_values(primary):
             return Check("sensitivity", "skipped", "no draw through privfair's noise source")
         try:
             _, _, shadow = traced_fit(s, db, key, replay=primary.log)
@@ -533,6 +774,22 @@ def check_sensitivity(s: Setup, pairs: list[tuple], key: tuple) -> Check:
             diverged.append(f"{desc}: the neighbouring fits made different numbers of releases")
             continue
         compared += 1
+        for ra, rb in zip(primary.own, shadow.own, strict=False):
+            if not ra.entries or not ra.value.size:
+                continue
+            if primary.columns != shadow.columns or ra.value.shape != rb.value.shape:
+                other_columns += 1  # the non-private feature preparation chose another set: another query
+                continue
+            e = ra.entries[0]
+            change = float(np.linalg.norm(rb.value - ra.value))
+            if ra.kind == "output":  # held to the per-record bound 2 / (n lam) its kappa >= 1 multiplies
+                obs = (change, e.sensitivity / max(ra.kappa, 1.0), f"L2 change of the weights (against 2 / (n lam) "
+                       f"= the declared {e.sensitivity:.4g} / kappa {ra.kappa:.4g})")
+            else:
+                obs = (change, e.sensitivity, "L2 (Frobenius) change of the walk matrix M (Lemma 1)")
+            label = f"{e.mechanism}: {e.note}".split(" (")[0] if e.note else e.mechanism
+            if label not in worst or obs[0] / max(obs[1], 1e-300) > worst[label][0] / max(worst[label][1], 1e-300):
+                worst[label] = (obs[0], obs[1], obs[2], desc)
         rels, _ = releases(primary)
         for rel in rels:
             e = rel.entry
@@ -540,7 +797,7 @@ def check_sensitivity(s: Setup, pairs: list[tuple], key: tuple) -> Check:
                              and primary.draws[rel.draws[0]][0] != "select"):
                 continue
             kind = primary.draws[rel.draws[0]][0]
-            if any(primary.draws[k][4] for k in rel.draws) or len(shadow.draws) != len(primary.draws):
+            if any(primary.draws[k][4] is True for k in rel.draws) or len(shadow.draws) != len(primary.draws):
                 continue  # a direct draw's value is unknown
             if kind == "select":
                 obs_list = [release_change(e, kind, None, shadow.draws[k][1] - primary.draws[k][1], None)
@@ -555,6 +812,8 @@ def check_sensitivity(s: Setup, pairs: list[tuple], key: tuple) -> Check:
             if label not in worst or obs[0] / max(obs[1], 1e-300) > worst[label][0] / max(worst[label][1], 1e-300):
                 worst[label] = (obs[0], obs[1], obs[2], desc)
     figs = {"neighbours": len(pairs), "compared": compared, "diverged": len(diverged)}
+    if other_columns:
+        figs["other_feature_set"] = other_columns
     if not compared:
         return Check("sensitivity", "skipped", "no neighbour could be replayed: " + (diverged[0] if diverged
                                                                                      else "no release"), figs)
@@ -566,9 +825,14 @@ def check_sensitivity(s: Setup, pairs: list[tuple], key: tuple) -> Check:
         return Check("sensitivity", "fail", f"{label}: {what} {o:.4g} > declared {d_:.4g} on the neighbour "
                      f"{desc}", figs)
     ratio = max((w[0] / w[1] for w in worst.values() if w[1] > 0), default=0.0)
+    if not worst:
+        return Check("sensitivity", "skipped", f"no release comparable on the {compared} neighbours replayed"
+                     + (f" ({other_columns} released on another feature set)" if other_columns else ""), figs)
     return Check("sensitivity", "pass", f"{len(worst)} kinds of release on {compared} neighbours; largest change "
                  f"{ratio:.3g} of the declared sensitivity" + (f" ({len(diverged)} neighbours not replayable)"
-                                                               if diverged else ""), figs | {"largest_ratio": ratio})
+                                                               if diverged else "")
+                 + (f" ({other_columns} output perturbations on another feature set, not comparable)"
+                    if other_columns else ""), figs | {"largest_ratio": ratio})
 
 
 # ------------------------------------------------------------------------------------------ all of them
@@ -578,7 +842,9 @@ def whitebox(s: Setup, opts: dict, progress) -> list[Check]:
     from privfair_cli.tools.audit import sgd
 
     seed = opts["seed"]
-    rng = np.random.default_rng([seed, 46])
+    # the checks' own draws (neighbours, randomised transforms, subsets): a key of their own, since a seed
+    # sequence ignores trailing zeros and [seed, 46] would be the first traced fit's (seed, 46, 0) noise stream
+    rng = np.random.default_rng([seed, 50])
     if sgd.applies(s):
         progress("white-box DP-SGD checks")
         return sgd.checks(s, opts)
@@ -587,11 +853,11 @@ def whitebox(s: Setup, opts: dict, progress) -> list[Check]:
         _, ledger, trace = traced_fit(s, s.table, (seed, 46, t))
         traces.append(trace)
         ledgers.append(ledger)
-        if not trace.draws and t == 0:
+        if not trace.draws and not trace.own and t == 0:
             break
     progress(f"white-box checks on {len(traces)} traced fits")
     out = [check_ledger(traces), check_accounting(ledgers[0]), check_calibration(traces, rng)]
-    if traces[0].log:  # releases through the mechanisms, whose values before noise are known
+    if has_values(traces[0]):
         progress("sensitivity search over neighbours")
         out.append(check_sensitivity(s, neighbours(s, rng), (seed, 47)))
     else:
