@@ -338,7 +338,8 @@ def _list_detail(plugins: dict, needs: dict) -> int:
 def cmd_report(args) -> int:
     from privfair_cli.tools import report
 
-    report.report(Path(args.path), metrics=args.metrics.split(",") if args.metrics else None, plot=args.plot)
+    report.report(Path(args.path), metrics=args.metrics.split(",") if args.metrics else None, plot=args.plot,
+                  by_group=args.by_group)
     return 0
 
 
@@ -450,6 +451,8 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("--metrics", help="comma-separated metric names (default: the main ones)")
     rep.add_argument("--plot", metavar="KEY", help="also plot the metrics against KEY (eps, or another swept key): "
                      "tradeoff_KEY.png, one line per algorithm, mean ± std over seeds")
+    rep.add_argument("--by-group", action="store_true", help="also every group's rates (summary_groups.csv) and, "
+                     "with --plot, each group's accuracy and TPR against KEY (tradeoff_KEY_by_group.png)")
     rp = sub.add_parser("reproduce", help="run a paper-table experiment and compare with the published numbers")
     rp.add_argument("name", help="experiment name (see `privfair list`) or `all`")
     rp.add_argument("--check", action="store_true", help="exact regression guard: re-derive the comparison from its "

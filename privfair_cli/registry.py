@@ -27,7 +27,8 @@ ONEHOT_WIDTH = 10_000  # the widest one-hot record the `onehot` view admits (Fai
 VIEWS = {
     "label": ("a label column", "`label`"),
     "binary_label": ("a binary label", "`positive`: the label values coded 1"),
-    "sensitive": ("a binary sensitive attribute", "`sensitive` and `privileged`"),
+    "sensitive": ("a sensitive attribute (its groups; s = 1 the reference group)", "`sensitive`, with `privileged` "
+                  "naming the reference group (else the largest; docs/groups.md)"),
     "features": ("a classifier view scaled into [0, 1] by declared bounds",
                  "`features`: numeric bounds, onehot and binary columns"),
     "numeric": ("numeric columns", "`features`"),
