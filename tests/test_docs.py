@@ -149,3 +149,23 @@ def test_every_published_cell_is_compared_or_not_comparable_with_a_reason():
     counted = sum(sum(docs._counts(e.counted).values()) for e in exps)
     assert counted + len(left) == docs.published_total(root)
     assert f"**{docs.published_total(root):,}** cells |" in (root / docs.REPORT).read_text()
+
+
+def test_every_cell_reason_line_names_cells_in_no_comparison():
+    """Each line of the reason table gives the reason of at least one published cell in no comparison (a line whose
+    cells an experiment now compares is stale), and every such cell has a reason."""
+    import fnmatch
+
+    import pandas as pd
+
+    root = Path(__file__).resolve().parents[1]
+    left = docs.not_comparable(root, docs.experiments(root))
+    assert (left["reason"].str.len() > 0).all()
+    folder = root / "results" / "published"
+    cells = pd.concat([pd.read_csv(folder / f).assign(published=f) for f in sorted(set(left["published"]))])
+    for file, table, dataset, metric, setting, text in docs.CELL_REASONS:
+        hit = cells[[all(fnmatch.fnmatchcase(str(v), p) for v, p in zip(
+            (r.published, r.table, r.dataset, r.metric, r.setting), (file, table, dataset, metric, setting),
+            strict=True)) for r in cells.itertuples()]]
+        assert len(hit), f"CELL_REASONS line matches no published cell: {text}"
+        assert text in set(left["reason"]), f"no cell in no comparison has this reason (stale line): {text}"

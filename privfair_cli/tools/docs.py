@@ -126,11 +126,74 @@ NOT_COMPARABLE = {
     "other": "a row of a compared table that no experiment selects (another algorithm or metric)",
     "text": "a number stated in the text or read off a figure, outside every table an experiment reproduces",
 }
+_FIG7 = "pujol2023_fig7 compares Figure 7's cells one by one"
+# Why each published cell in no comparison is not comparable, where a line says more than its kind: the first
+# entry whose globs (published file, table, dataset, metric, setting) match the cell gives its reason.
+CELL_REASONS = (
+    ("cfgan.csv", "*", "*", "fairness_threshold", "*",
+     "a threshold the thesis sets (an effect within +-0.05 counts as fair), not a measurement"),
+    ("fairgan.csv", "*", "*", "fairness_threshold", "*",
+     "a threshold the thesis sets (a risk difference above 0.05 counts as discriminative), not a measurement"),
+    ("dpsgd_f.csv", "*", "*", "equal_cost_threshold", "*",
+     "the threshold tau the thesis sets for equal costs of privacy (the runs' `equal_costs` use it), not a "
+     "measurement"),
+    ("dpsgd_f.csv", "*", "*", "eps_spent_on_sigma1", "*",
+     "an approximate statement over every dataset ('only about 0.01 budget is from sigma1'), no one dataset's "
+     "number; the ledger's accounting of the counts adds 0.005-0.011 over the full T (dpsgd_f.md §2), in line "
+     "with it"),
+    ("dpsgd_f.csv", "*", "*", "max_group_clip_bound", "*",
+     "read off a figure of an MNIST training ('close to 3'); DPSGD-F runs report it (`max_group_clip_bound`), but "
+     "an MNIST training takes CPU hours and none is recorded here"),
+    ("dpsgd_f.csv", "*", "*", "min_epochs_for_equal_cost", "*",
+     "read off a figure of MNIST trainings over a range of epochs (approximate); such a sweep (CPU hours a "
+     "training) is not recorded here"),
+    ("early_stopping.csv", "*", "IMDB", "discrimination", "*",
+     "restates Table 6.2's es_sc1 row at sigma = 2 (0.0694 is its equal-odds cell, which the text calls "
+     "demographic parity), compared there (zhang2022_table6_2)"),
+    ("fair_sampling.csv", "*", "synthetic", "n_records", "*",
+     "the rows the generator draws (22,000, as datasets/synth_fes.py does) before the discriminatory data are cut "
+     "from them; the runs read the cut tables (about 16,000 rows), so no run measures this stage"),
+    ("ffpdg.csv", "*", "*", "eps_total", "*",
+     "a setting (eps = 1, 30 % / 70 % between the mechanisms), which the xu2023 experiments use, not a result"),
+    ("pdfc.csv", "Table 1", "US", "*", "*",
+     "the IPUMS US census extract is not available (the table's Adult cells are compared, ding2020_table1)"),
+    ("pdfc.csv", "Figure 1", "US", "*", "*",
+     "read off a figure on the IPUMS US census extract, which is not available"),
+    ("prefair.csv", "*", "*", "runtime_*", "*", "wall-clock time on other hardware: shown, never judged"),
+    ("prefair.csv", "*", "*", "tree_total_weight", "*",
+     "the weight of a tree on the toy graph of Figure 6, whose edge weights the text does not give; not a "
+     "measurement on data"),
+    ("prefair.csv", "*", "*", "tvd_1way_2way_increase_max_pct", "*",
+     "restates Table 3 (Greedy's TVD as % of MST at eps = 1), compared cell by cell in pujol2023_table3"),
+    ("prefair.csv", "*", "compas", "tvd_2way_increase_pct", "*",
+     "restates Table 3 (Greedy's 2-way TVD as % of MST at eps = 1), compared in pujol2023_table3"),
+    ("prefair.csv", "*", "compas", "*", "*",
+     "a summary over Figure 8's budgets and classifiers (averages or bounds of its gaps); pujol2023_fig8 compares "
+     "the figure's cells one by one"),
+    ("prefair.csv", "*", "adult", "*", "*worst_case*",
+     f"a bound over Figure 7's budgets ('worst case'); {_FIG7}"),
+    ("prefair.csv", "*", "adult", "*", "*eps=all*",
+     f"a bound over Figure 7's budgets and classifiers ('never exceeds'); {_FIG7}"),
+    ("prefair.csv", "*", "adult", "accuracy_abs_diff_pct", "*",
+     f"restates Figure 7(d) at eps = 10 (Exponential-PreFair's MLP accuracy against MST's, in points); {_FIG7}"),
+)
+
+
+def cell_reason(published: str, r, kind: str) -> str:
+    """Why a published cell in no comparison is not comparable: its CELL_REASONS line, else its kind's."""
+    import fnmatch
+
+    for file, table, dataset, metric, setting, text in CELL_REASONS:
+        values = (published, str(r.table), str(r.dataset), str(r.metric), str(r.setting))
+        if all(fnmatch.fnmatchcase(v, p) for v, p in zip(values, (file, table, dataset, metric, setting),
+                                                          strict=True)):
+            return text
+    return NOT_COMPARABLE[kind]
 
 
 def not_comparable(root: Path, exps: list[Experiment]) -> pd.DataFrame:
-    """The published cells no experiment compares (`reproduce.published_cells` of none), each with the reason
-    it is `not_comparable` (NOT_COMPARABLE, by what the cell is)."""
+    """The published cells no experiment compares (`reproduce.published_cells` of none), each with what it is
+    (`kind`, NOT_COMPARABLE) and the reason it is `not_comparable` (its CELL_REASONS line, else its kind's)."""
     from privfair_cli.tools import reproduce
 
     folder = root / "results" / "published"
@@ -149,8 +212,9 @@ def not_comparable(root: Path, exps: list[Experiment]) -> pd.DataFrame:
                 kind = ("description" if r.metric in DESCRIPTIONS else
                         "definition" if str(r.table).startswith("Definition") else
                         "text" if compared is None else "other" if r.dataset in compared else "dataset")
-                rows.append({"published": path.name, "table": r.table, "metric": r.metric, "kind": kind})
-    return pd.DataFrame(rows, columns=["published", "table", "metric", "kind"])
+                rows.append({"published": path.name, "table": r.table, "metric": r.metric, "kind": kind,
+                             "reason": cell_reason(path.name, r, kind)})
+    return pd.DataFrame(rows, columns=["published", "table", "metric", "kind", "reason"])
 
 
 def published_total(root: Path) -> int:
@@ -168,9 +232,8 @@ def not_comparable_section(root: Path, exps: list[Experiment]) -> list[str]:
         return lines
     head = ["published", "table", "cells", "metrics", "why not comparable"]
     lines += [row(head), row(["---"] * len(head))]
-    for (published, table, kind), group in cells.groupby(["published", "table", "kind"], sort=False):
-        lines.append(row([published, str(table), str(len(group)), _names(group["metric"], "metrics"),
-                           NOT_COMPARABLE[kind]]))
+    for (published, table, reason), group in cells.groupby(["published", "table", "reason"], sort=False):
+        lines.append(row([published, str(table), str(len(group)), _names(group["metric"], "metrics"), reason]))
     return lines + [""]
 
 
@@ -271,7 +334,7 @@ def record_state(e: Experiment) -> str:
     without = int((e.cells.get("recorded", pd.Series(dtype=str)) == "no").sum())
     if e.record is None or e.record.empty:
         return "**none**" if without or (e.cells["verdict"] != "not_run").any() else ""
-    return f"{len(e.record)} runs" + (f"; {without} cells without" if without else "")
+    return f"{len(e.record)} run{'s' * (len(e.record) != 1)}" + (f"; {without} cells without" if without else "")
 
 
 def summary_table(exps: list[Experiment], report_link: str = "docs/reproduction.md",
@@ -374,7 +437,11 @@ def _experiment_section(e: Experiment) -> list[str]:
 
 def experiment_families(root: Path, exps: list[Experiment]) -> dict[str, str]:
     """Experiment -> its family (the family page's name): the page of the last algorithm of the experiment's sweep
-    (`hydra.sweeper.params.algo`; the paper's own method comes after its baselines) that has one, else `other`."""
+    (`hydra.sweeper.params.algo`; the paper's own method comes after its baselines) that has one; for a sweep of
+    algorithms without one (e.g. `describe`, the papers' data sizes), the family of the other experiments of the
+    same published file (the one most of them have); else `other`."""
+    from collections import Counter
+
     from privfair_cli import registry
 
     plugins = registry.load_plugins()
@@ -386,6 +453,13 @@ def experiment_families(root: Path, exps: list[Experiment]) -> dict[str, str]:
         found = [pages[m] for m in (plugins[a].__module__.rsplit(".", 1)[-1] for a in algos if a in plugins)
                  if m in pages]
         out[e.name] = Path(found[-1]).stem if found else "other"
+    by_file: dict[str, Counter] = {}
+    for e in exps:
+        if out[e.name] != "other":
+            by_file.setdefault(e.spec["published"], Counter())[out[e.name]] += 1
+    for e in exps:
+        if out[e.name] == "other" and by_file.get(e.spec["published"]):
+            out[e.name] = by_file[e.spec["published"]].most_common(1)[0][0]
     return out
 
 

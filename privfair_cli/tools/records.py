@@ -193,6 +193,6 @@ def summary(record: pd.DataFrame) -> str:
     machines = record.groupby(["device", "machine"], sort=True).size()
     where = ", ".join(f"{m}: {n}" for (_, m), n in machines.items())
     dates = sorted(record["date"])
-    return (f"{len(record)} runs ({where}), recorded {dates[0][:10]}"
+    return (f"{len(record)} run{'s' * (len(record) != 1)} ({where}), recorded {dates[0][:10]}"
             + (f" to {dates[-1][:10]}" if dates[-1][:10] != dates[0][:10] else "")
             + f", commit {', '.join(sorted(set(record['commit'])))}")
