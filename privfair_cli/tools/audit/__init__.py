@@ -50,12 +50,17 @@ box, since every noisy release goes through its ledger and its noise source. `wh
 checks that every draw is paid for by an entry (`ledger`), that the ledger's composition is at least an
 independent one by dp-accounting's PLD and RDP accountants (`accounting`), that the noise has the scale and law
 its entry claims (`calibration`: Kolmogorov-Smirnov on the probability integral transforms, a z-test of the
-exponential mechanism's choices), and that no release's query moves between neighbours (corner canaries, removed
-records, an adversarial D with one label and group, replace-one pairs where the sensitivity is stated for them)
-by more than its declared sensitivity (`sensitivity`, the neighbour's fit replayed with the same noise). `sgd`
-observes DP-SGD inside its trainer: clipped per-example norms <= C, the noise of each step ~ N(0, sigma^2 C^2),
-Binomial(n, q) batches under the Poisson accountant. A failed check fails the audit whatever the bound. `mutants`
-is the catalogue of deliberately broken variants every audit must flag (`make audit-mutants`).
+exponential mechanism's choices, a Gamma-norm vector's norm and direction), and that no release's query moves
+between neighbours (corner canaries, removed records, an adversarial D with one label and group, a D at one corner
+of the code box with the canary at the other, replace-one pairs where the sensitivity is stated for them; on a
+network, edges added and removed) by more than its declared sensitivity (`sensitivity`, the neighbour's fit
+replayed with the same noise). Releases whose noise has another law are observed at their functions for the
+length of an audit: the correlated plugins' output perturbation, DPNE's objective perturbation and lapmech's
+table. `sgd` observes DP-SGD inside its trainer: clipped per-example norms <= C, the noise of each step ~
+N(0, sigma^2 C^2), Binomial(n, q) batches under the Poisson accountant, and its white-box one-run audit with one
+Dirac gradient canary per parameter, read with an f-DP analysis (`bounds.fdp_tail`) against the ledger entry's
+own mechanism family. A failed check fails the audit whatever the bound. `mutants` is the catalogue of
+deliberately broken variants every audit must flag (`make audit-mutants`).
 
 Results go to a run folder (`audit.json`, `histogram.png` of the two output distributions), `results/audit/...`
 unless `audit.out=` names one. `python -m privfair_cli.tools.audit --all` (`make audit`) audits every registered
@@ -64,7 +69,8 @@ private algorithm (plugin.private) on small data and writes `results/audit/summa
 One module per concern, one per kind of check:
 
 - `options`: the `audit.*` options (`OPTIONS`), parsed and typed;
-- `bounds`: the lower bounds (Clopper-Pearson, the distinguishing test's eps, the one-run p-value), pure;
+- `bounds`: the lower bounds (Clopper-Pearson, the distinguishing test's eps, the one-run p-value and its f-DP
+  analysis), pure;
 - `canaries`: the neighbouring datasets (canary records and edges, appended rows, the audited subgraph);
 - `fitting`: the audited configuration (`Setup`, through the run's own compose and schema), the plugin's own
   fit through a fresh ledger, its claim, the thread-pool shortcut of the many fits;

@@ -108,9 +108,9 @@ def with_records(table, recs: list[dict]):
                 fill = (np.max(v) + 1 if len(v) else 0) + np.arange(k)
             elif key in ("row_labelled", "row_is_test"):
                 fill = np.full(k, key == "row_labelled")
-            else:
-                fill = np.repeat(v[:1], k)
-            meta[key] = np.concatenate([v, np.asarray(fill).astype(v.dtype)])
+            else:  # the first row's values, whatever their shape (row_attributes holds one row per record)
+                fill = np.repeat(v[:1], k, axis=0)
+            meta[key] = np.concatenate([v, np.asarray(fill).astype(v.dtype)], axis=0)
     return Table(table.name, X, y, s, table.feature_names, frame, table.domain, table.roles, meta)
 
 

@@ -12,7 +12,7 @@ from privfair_cli.tools.audit.options import options
 from privfair_cli.tools.audit.page import DOC, render_doc
 from privfair_cli.tools.audit.report import ROOT, folder, line, write
 from privfair_cli.tools.audit.run import audit
-from privfair_cli.tools.audit.suite import collect, mutant_rows, suite
+from privfair_cli.tools.audit.suite import collect, mutant_rows, one_run_rows, suite
 
 
 def cmd_audit(args) -> int:
@@ -29,7 +29,8 @@ def cmd_audit(args) -> int:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m privfair_cli.tools.audit", description="audit every private algorithm")
     p.add_argument("--all", action="store_true", help="audit every registered private algorithm, write the summary")
-    p.add_argument("--only", help="comma-separated algorithms (with --all: only these; the others' rows are kept)")
+    p.add_argument("--only", help="comma-separated algorithms (with --all: only these; the others' rows are kept; "
+                   "dpsgd_one_run: DP-SGD's white-box one-run tightness rows)")
     p.add_argument("--doc", action="store_true", help="regenerate results/audit/summary.json and docs/audit.md "
                    "from the rows already written")
     p.add_argument("--mutants", action="store_true", help="audit the mutant catalogue and the same configurations "
@@ -45,8 +46,13 @@ def main(argv: list[str] | None = None) -> int:
         for r in bad_mutants:
             print(f"not as expected: {r['mutant']} on {r['config']}: {r['verdict']}")
     if a.all:
-        rows = suite(a.only.split(",") if a.only else None)
-        print(f"{len(rows)} algorithms in {sum(r.get('seconds', 0) for r in rows):.0f} s")
+        only = a.only.split(",") if a.only else None
+        names = [n for n in only or [] if n != "dpsgd_one_run"]
+        if not only or names:
+            rows = suite(names or None)
+            print(f"{len(rows)} algorithms in {sum(r.get('seconds', 0) for r in rows):.0f} s")
+        if not only or "dpsgd_one_run" in only:
+            one_run_rows()
     summary = collect()
     summary_path.parent.mkdir(parents=True, exist_ok=True)
     summary_path.write_text(json.dumps(summary, indent=2) + "\n")

@@ -25,7 +25,15 @@ SUITE_ALGO = {"ffpdg": ("compas_ffpdg", []), "ron_gauss": ("compas_ffpdg", []),
               "dpsgd_es": ("compas", ["algo.batch_size=64"])}  # the audit sample has fewer rows than b = 256
 # A CR-FS fit grows a random forest per candidate feature set; the correlated-DP classifiers fit one per trial too.
 SUITE_ALGO_TRIALS = {"crfs": 40, "cdp_zhu": 100, "cdp_group": 100}
-SUITE_WHITEBOX_FITS = {"crfs": 10, "lapmech": 10}  # traced fits of the white-box checks where a fit costs seconds
+# traced fits of the white-box checks where a fit costs seconds (crfs: 20, the fewest whose 20 output perturbations
+# the goodness-of-fit test reads)
+SUITE_WHITEBOX_FITS = {"crfs": 20, "lapmech": 10}
+# DP-SGD's white-box one-run audit at eps = 4 (the tightness rows): the MNIST CNN on 300 rows, one Dirac canary per
+# parameter, in full batches (exactly mu-GDP) and at the Poisson rate 1/3
+ONE_RUN_CONFIGS = [("full batches", ["algo=dpsgd", "data=mnist", "eps=4", "algo.reference=false", "algo.epochs=10",
+                                     "algo.batch_size=300"]),
+                   ("Poisson rate 1/3", ["algo=dpsgd", "data=mnist", "eps=4", "algo.reference=false",
+                                         "algo.epochs=10", "algo.batch_size=100"])]
 
 
 def suite(names: list[str] | None = None, root: Path = ROOT) -> list[dict]:
@@ -76,6 +84,31 @@ def suite_row(name: str, cls, root: Path) -> dict:
                                   if c["verdict"] == "fail"]}
 
 
+def one_run_rows(root: Path = ROOT) -> list[dict]:
+    """The white-box one-run audit of DP-SGD at eps = 4 (`ONE_RUN_CONFIGS`): bound, claim, their ratio, canaries;
+    written to `root/one_run.json` for docs/audit.md."""
+    import time
+
+    from privfair_cli.tools.audit import fitting, options, sgd
+
+    rows = []
+    for name, overrides in ONE_RUN_CONFIGS:
+        t0 = time.perf_counter()
+        try:
+            s = fitting.setup(overrides, options.OPTIONS["rows"][0], 0)
+            check = sgd.one_run_white_box(s, options.defaults())
+        except PrivfairError as err:
+            rows.append({"config": " ".join(overrides), "name": name, "verdict": "not_run", "reason": str(err)})
+            print(f"one run, {name}: not run ({err})", flush=True)
+            continue
+        rows.append({"config": " ".join(overrides), "name": name, "verdict": check.verdict, "detail": check.detail,
+                     "seconds": round(time.perf_counter() - t0, 1)} | check.figures)
+        print(f"one run, {name}: {check.detail}", flush=True)
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "one_run.json").write_text(json.dumps(rows, indent=2, default=float) + "\n")
+    return rows
+
+
 def collect(root: Path = ROOT) -> dict:
     """The summary: one row per registered private algorithm, from its row.json."""
     from privfair_cli import registry
@@ -85,9 +118,11 @@ def collect(root: Path = ROOT) -> dict:
         path = root / name / "row.json"
         rows.append(json.loads(path.read_text()) if path.is_file() else
                     {"algo": name, "data": "-", "verdict": "not_run", "reason": "not audited yet (make audit)"})
-    mpath = root / "mutants.json"
-    return {"rows": rows, "seconds": round(sum(r.get("seconds", 0) for r in rows), 1),
-            "mechanisms": mechanism_rows(), "mutants": json.loads(mpath.read_text()) if mpath.is_file() else []}
+    mpath, opath = root / "mutants.json", root / "one_run.json"
+    one_run = json.loads(opath.read_text()) if opath.is_file() else []
+    return {"rows": rows, "seconds": round(sum(r.get("seconds", 0) for r in rows + one_run), 1),
+            "mechanisms": mechanism_rows(), "mutants": json.loads(mpath.read_text()) if mpath.is_file() else [],
+            "one_run": one_run}
 
 
 def mutant_rows(root: Path = ROOT, names: list[str] | None = None) -> list[dict]:
@@ -109,7 +144,7 @@ def mutant_rows(root: Path = ROOT, names: list[str] | None = None) -> list[dict]
         t0 = time.perf_counter()
         rep = mutants.audit_mutant(None, overrides)
         rows.append({"mutant": "none (correct)", "bug": "-", "config": " ".join(overrides), "expect": "-",
-                     "fast": "algo=privpc" not in overrides, "verdict": rep.verdict,
+                     "fast": overrides in {m.overrides for m in mutants.MUTANTS if m.fast}, "verdict": rep.verdict,
                      "flagged_by": mutants.flagged_by(rep),
                      "seconds": round(time.perf_counter() - t0, 1)})
         print(f"correct {' '.join(overrides)}: {rep.verdict}", flush=True)
