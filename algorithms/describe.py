@@ -4,8 +4,8 @@ counts); a describe run loads the card (or recipe) exactly as every other run do
 files, filters and `n` subsample, the run's split) and reports those sizes as metrics, so a published size is
 compared with a run record like every other published cell.
 
-Metrics (the task kind `description`, evaluated by `description` below; `metrics_for` adds `n_train`, `n_test`
-and `d`, the classifier view's width after encoding):
+Metrics (the task kind `description`, which evaluate.py measures with `Describe.describe` below; `metrics_for`
+adds `n_train`, `n_test` and `d`, the classifier view's width after encoding):
 - `n_rows`: the rows as loaded, every split together (a graph card: its vertices);
 - `n_rows_s0`, `n_rows_s1`: the rows of each group of the binary sensitive attribute (s = 1: the card's
   `privileged` value), where the card has one;
@@ -25,7 +25,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from privfair_cli.evaluate import evaluator
 from privfair_cli.registry import Plugin, register
 from privfair_cli.typed import bounds
 
@@ -48,6 +47,10 @@ class Describe(Plugin):
 
     def fit(self, data, budget, ledger, rng, device="cpu"):
         return self
+
+    def describe(self, train, test) -> dict[str, float]:
+        """The description metrics (module docstring)."""
+        return description(self, train, test)
 
 
 def _rows(train, test) -> list:
@@ -74,8 +77,7 @@ def counts(prefix: str, parts: list, max_classes: int) -> dict[str, float]:
     return out
 
 
-@evaluator("description")
-def description(plugin, train, test, rng: np.random.Generator) -> dict[str, float]:
+def description(plugin, train, test, rng: np.random.Generator | None = None) -> dict[str, float]:
     """The description metrics of a `describe` run (module docstring): counts over every row and over the
     training rows, the discrete view's attribute counts and the classifier view's source attributes."""
     cap = plugin.cfg.max_classes

@@ -212,8 +212,13 @@ def attack(plugin, train, test, rng: np.random.Generator) -> dict[str, float]:
     return plugin.attack(test, rng)
 
 
+def description(plugin, train, test, rng: np.random.Generator) -> dict[str, float]:
+    """A dataset's sizes (the `describe` plugin counts them: algorithms/describe.py)."""
+    return plugin.describe(train, test)
+
+
 EVALUATORS = {"classifier": classifier, "generator": generator, "graph": graph, "embedding": embedding,
-              "semi_supervised": semi_supervised, "attack": attack}
+              "semi_supervised": semi_supervised, "attack": attack, "description": description}
 METRIC_SETS: dict[str, Callable[..., dict[str, float]]] = {}
 
 
