@@ -7,8 +7,9 @@ Plugins `sgd` (non-private reference, §1.1), `dpsgd` (Algorithm 1, §1.2), `dps
   plugins and the per-epoch history; their evaluation (§5: per-group accuracy, cost of privacy) is
   `evaluate.group_accuracy`;
 - `dpsgd_trainer.py`: models, per-example gradient norms, clipping rules, the training loop and its log;
-- `dpsgd_accounting.py`: the noise plan (calibration, budget matching C5) and the ledger entries, on the moments
-  accountant of `privacy/dpsgd.py` (§2, dp-accounting's public API).
+- `dpsgd_accounting.py`: the noise plan (calibration, budget matching C5) and the ledger entries, on the
+  accountants of `privacy/dpsgd.py` (dp-accounting's public API): `accounting: pld` (default, the PLD accountant)
+  or `rdp` (§2, the thesis' moments accountant, which the reproduction experiments set).
 
 Noise and budget. `sigma: calibrate` (the default) picks the smallest noise multiplier whose whole spend fits the
 run's eps; a number fixes it (the run refuses a budget it would overspend); `auto` takes the thesis' §3 value for
@@ -16,9 +17,10 @@ the model (CNN 0.8, logistic 1), which the reproduction presets `configs/experim
 value that enters a sensitivity or a noise scale (C, batch_size, epochs, lr, sigma, sigma1_ratio, l2) is typed and
 range-checked before data is read; batch_size above the number of training rows is refused before any noise is
 drawn; a private run draws the gradient noise at every step. Privacy unit: one example, add/remove adjacency.
-The ledger gets the whole T-step curve before training starts (T, q, sigma are fixed in advance); DPSGD-F and
-Naive also record the noisy counts (L2 sensitivity 1, multiplier `sigma1 = sigma1_ratio * sigma`) as a second
-subsampled Gaussian at the same rate.
+The ledger is charged for all T steps before training starts (T, q, sigma are fixed in advance): under `accounting:
+rdp` the T-step curve, and DPSGD-F and Naive also record the noisy counts (L2 sensitivity 1, multiplier `sigma1 =
+sigma1_ratio * sigma`) as a second subsampled Gaussian at the same rate; under `pld` the run's (eps, delta) as one
+entry, the counts drawn on the gradients' batch making one joint Gaussian step (`dpsgd_accounting`).
 
 Per-epoch history (`EpochHistory`, what early-stopping rules read): for every epoch the steps taken, the eps spent
 by the weights of that epoch (accountant at that step count), and, when `history` keeps the per-epoch weights
@@ -151,6 +153,14 @@ class XuSGDConfig:
     validation_size: float = field(metadata=bounds(ge=0, lt=1))
     history: bool | Literal["auto"]
     momentum: float = field(metadata=bounds(ge=0, lt=1))
+    accounting: Literal["pld", "rdp"]
+
+    @property
+    def accountant(self) -> str | None:
+        """The run's ledger accountant (`schema._budget` reads it): `basic` under `accounting: pld`, whose one
+        (eps, delta) entry the ledger adds up (`dpsgd_accounting`); None otherwise (budget.accountant, else the
+        family's `rdp`)."""
+        return "basic" if self.accounting == "pld" else None
 
     def spec(self, key: str, model_kind: str):
         """The value of `key`, `auto` read as the spec's §3 value for the model."""
@@ -344,7 +354,7 @@ class XuSGD(Plugin):
         sigma = self.cfg.spec("sigma", self.model_kind)
         plan = plan_noise(sigma, counts, self.cfg.sigma1_ratio, self.cfg.match_budget,
                           settings.batch_size / len(data), settings.steps, budget, ledger, data.name,
-                          Sampling(settings.batch_sampling, len(data), settings.batch_size))
+                          Sampling(settings.batch_sampling, len(data), settings.batch_size), self.cfg.accounting)
         what = "2K clipped/unclipped counts" if self.algorithm == "dpsgd_f" else "K group sizes"
         charge(plan, ledger, "C" if counts else settings.C, note=f"clipped gradients ({settings.batch_sampling} "
                "batches)", counts_note=f"noisy {what} (L2 sensitivity 1)")
@@ -417,7 +427,8 @@ class XuSGD(Plugin):
     def _history(self, plan: NoisePlan | None, budget, ledger) -> EpochHistory:
         steps = self.log.epoch_steps
         eps = np.zeros(len(steps)) if plan is None else epsilon_after(
-            plan.q, plan.sigma, plan.sigma1, steps, budget.delta, ledger.orders, ledger.rdp_conversion, plan.sampling)
+            plan.q, plan.sigma, plan.sigma1, steps, budget.delta, ledger.orders, ledger.rdp_conversion, plan.sampling,
+            plan.accounting)
         return EpochHistory(steps, eps, eodds_agg=getattr(self.cfg, "eodds_agg", "mean"))
 
     def watch(self, name: str, table) -> None:

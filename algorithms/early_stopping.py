@@ -3,10 +3,10 @@
 One DP-SGD run (the family's one trainer, `dpsgd_trainer.py`, through the `dpsgd` plugin body of `dpsgd.py`)
 records, for every epoch, the validation and test accuracy, the three fairness gaps (demographic parity, equal
 opportunity, equal odds with `eodds_agg: mean | max | sum`; `dpsgd.EpochHistory`, from `metrics.GroupRates`) and
-the eps the weights of that epoch have spent (the RDP accountant at that epoch's step count). The stopping rules
-are a small registry (`STOPPING_RULES`, a plugin kind of their own: name -> rule reading the per-epoch validation
-history and returning a stop epoch) applied to that one history, so all four rules and all three fairness
-metrics come from the same training run at no extra privacy cost:
+the eps the weights of that epoch have spent (the run's accountant, `algo.accounting`, at that epoch's step
+count). The stopping rules are a small registry (`STOPPING_RULES`, a plugin kind of their own: name -> rule
+reading the per-epoch validation history and returning a stop epoch) applied to that one history, so all four
+rules and all three fairness metrics come from the same training run at no extra privacy cost:
 
 - `es_sc1` (§3, Algorithm 9 lines 4-9): in the window [n, n + k], stop at the first t with
   FA(t) = alpha * (Gmax(t) / G(t) - 1) + (A(t) / Amin(t) - 1) >= beta1, Gmax / Amin over [n, t] (online);

@@ -35,6 +35,7 @@ BOOKKEEPING = (("data", "recipe"),)  # key paths naming where other keys came fr
 # them before, since a plugin that always had the key would see its runs at that value renamed
 ADDED: dict[tuple[str, ...], float | str | None] = {
     ("algo", "momentum"): 0.0,  # DP-SGD family: plain SGD step
+    ("algo", "accounting"): "rdp",  # DP-SGD family: the RDP accountant with budget.rdp_conversion
     ("data", "unlabelled_size"): "auto",  # every card: a card without the key had no pool (auto derives it)
     # every card: the options of the views derived on demand (datasets/views.py), which no run derived before
     ("data", "views", "enumerable", "cells"): "auto",

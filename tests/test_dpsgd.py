@@ -142,6 +142,93 @@ def test_epsilon_after_each_epoch_is_the_accountant_at_that_step_count():
     assert np.all(np.diff(got) > 0)
 
 
+# Opacus issue #643's setting: noise multiplier 3, q = 0.2, 50 steps, delta 1e-5. Published there: dp-accounting's
+# PLD 2.06, RDP 2.27 (Opacus' and dp-accounting's), Opacus's PRV 2.07; the classic conversion gives 2.66.
+OPACUS_643 = (0.2, 3.0, 50, 1e-5)
+
+
+def test_pld_accountant_is_dp_accountings_at_opacus_643():
+    from dp_accounting import GaussianDpEvent, PoissonSampledDpEvent, SelfComposedDpEvent
+    from dp_accounting.pld import PLDAccountant
+    from dp_accounting.rdp import RdpAccountant
+
+    q, sigma, steps, delta = OPACUS_643
+    event = SelfComposedDpEvent(PoissonSampledDpEvent(q, GaussianDpEvent(sigma)), steps)
+    pld, rdp = PLDAccountant(), RdpAccountant()
+    pld.compose(event)
+    rdp.compose(event)
+    ours = accounting.dpsgd_epsilon(q, sigma, steps, delta, accounting="pld")
+    assert ours == pytest.approx(pld.get_epsilon(delta), rel=1e-9)
+    assert round(ours, 2) == 2.06 and round(rdp.get_epsilon(delta), 2) == 2.27
+    assert round(accounting.dpsgd_epsilon(q, sigma, steps, delta, conversion="balle2020"), 2) == 2.27
+    assert round(accounting.dpsgd_epsilon(q, sigma, steps, delta), 2) == 2.66  # the thesis' conversion
+    assert accounting.accountant_name("pld") == "pld" and accounting.accountant_name("rdp") == "rdp_classic"
+
+
+def test_pld_accountant_is_below_opacus_prv():
+    prv = pytest.importorskip("opacus.accountants").PRVAccountant()
+    q, sigma, steps, delta = OPACUS_643
+    prv.history = [(sigma, q, steps)]
+    ours = accounting.dpsgd_epsilon(q, sigma, steps, delta, accounting="pld")
+    assert round(prv.get_epsilon(delta), 2) == 2.07 and ours <= prv.get_epsilon(delta) < ours + 0.02
+
+
+def test_pld_of_dpsgd_f_is_one_joint_subsampled_gaussian():
+    """Gradients (sigma) and counts (sigma1) drawn on the same batch are one Gaussian of multiplier
+    (sigma^-2 + sigma1^-2)^-1/2: exact for the pair without sampling; with it, above the gradients alone."""
+    from dp_accounting import ComposedDpEvent, GaussianDpEvent, PoissonSampledDpEvent
+    from dp_accounting.pld import PLDAccountant
+
+    joint = accounting.joint_multiplier(1.0, 2.0)
+    assert joint == pytest.approx(1 / math.sqrt(1.25))
+    pair, one = PLDAccountant(), PLDAccountant()
+    pair.compose(ComposedDpEvent([GaussianDpEvent(1.0), GaussianDpEvent(2.0)]))
+    one.compose(GaussianDpEvent(joint))
+    assert pair.get_epsilon(1e-5) == pytest.approx(one.get_epsilon(1e-5), rel=1e-3)
+    q, steps = 256 / 36177, 2826
+    reference = PLDAccountant()
+    reference.compose(PoissonSampledDpEvent(q, GaussianDpEvent(accounting.joint_multiplier(1.0, 10.0))), steps)
+    got = accounting.dpsgd_epsilon(q, 1.0, steps, 1e-5, sigma1=10.0, accounting="pld")
+    assert got == pytest.approx(reference.get_epsilon(1e-5), rel=1e-9)
+    assert got > accounting.dpsgd_epsilon(q, 1.0, steps, 1e-5, accounting="pld")
+    assert accounting.joint_multiplier(0.0, 0.0) == 0 and math.isinf(
+        accounting.dpsgd_epsilon(q, 0.0, steps, 1e-5, sigma1=0.0, accounting="pld"))
+
+
+def test_pld_follows_the_batches_drawn():
+    """shuffle: the passes' Gaussians at multiplier sigma / 2; fixed_uniform has no PLD in dp-accounting: the
+    RDP curve with the balle2020 conversion, named as such."""
+    from dp_accounting import GaussianDpEvent
+    from dp_accounting.pld import PLDAccountant
+
+    n, b, steps = 3000, 100, 150
+    shuffle = accounting.Sampling("shuffle", n, b)
+    reference = PLDAccountant()
+    reference.compose(GaussianDpEvent(4.0 / 2), shuffle.passes(steps))
+    got = accounting.dpsgd_epsilon(b / n, 4.0, steps, 1e-5, sampling=shuffle, accounting="pld")
+    assert got == pytest.approx(reference.get_epsilon(1e-5), rel=1e-9)
+    assert accounting.accountant_name("pld", shuffle) == "pld"
+    fixed = accounting.Sampling("fixed_uniform", n, b)
+    assert accounting.dpsgd_epsilon(b / n, 4.0, steps, 1e-5, sampling=fixed, accounting="pld") == \
+        accounting.dpsgd_epsilon(b / n, 4.0, steps, 1e-5, sampling=fixed, conversion="balle2020")
+    assert accounting.accountant_name("pld", fixed) == "rdp_balle2020"
+    with pytest.raises(ConfigError, match="algo.accounting"):
+        accounting.accountant_name("prv")
+
+
+def test_pld_calibration_fits_and_needs_less_noise():
+    q, steps = 256 / 36177, 2826
+    sigma = accounting.calibrate_sigma(q, steps, 1.0, 1e-5, accounting="pld")
+    spend = accounting.dpsgd_epsilon(q, sigma, steps, 1e-5, accounting="pld")
+    assert spend <= 1.0 < accounting.dpsgd_epsilon(q, sigma * 0.99, steps, 1e-5, accounting="pld")
+    assert sigma < 0.85 * accounting.calibrate_sigma(q, steps, 1.0, 1e-5)  # classic RDP: sigma 2.01
+    after = accounting.epsilon_after(q, sigma, None, np.array([0, 141, steps]), 1e-5, accounting="pld")
+    assert after[0] == 0 and after[-1] == spend and np.all(np.diff(after) > 0)
+    T, eps_T = accounting.steps_within(q, 1.0, steps, 1.0, 1e-5, accounting="pld")
+    assert eps_T == accounting.dpsgd_epsilon(q, 1.0, T, 1e-5, accounting="pld") <= 1.0 < \
+        accounting.dpsgd_epsilon(q, 1.0, T + 1, 1e-5, accounting="pld")
+
+
 # ----------------------------------------------------------------------------------------- per-example norms
 def small_cnn():
     return torch.nn.Sequential(
@@ -512,16 +599,42 @@ def test_evaluate_adds_to_the_classifier_evaluator_and_diagnostics_are_extra_met
 
 
 def test_dpsgd_f_ledger_includes_the_counts():
+    """`accounting: rdp` (the thesis'): two RDP entries, gradients and counts, composed by the rdp ledger."""
     data = toy_table()
-    dp, led = fit("dpsgd", data, eps=10, delta=DELTA, epochs=2, sigma="auto", match_budget="none")
-    f, led_f = fit("dpsgd_f", data, eps=10, delta=DELTA, epochs=2, sigma="auto", match_budget="none")
+    rdp = {"accounting": "rdp"}
+    dp, led = fit("dpsgd", data, eps=10, delta=DELTA, epochs=2, sigma="auto", match_budget="none", **rdp)
+    f, led_f = fit("dpsgd_f", data, eps=10, delta=DELTA, epochs=2, sigma="auto", match_budget="none", **rdp)
+    assert led.accountant == led_f.accountant == "rdp"
     q, T = 256 / len(data), dp.info["steps"]
     assert led.spent()[0] == pytest.approx(accounting.dpsgd_epsilon(q, 1.0, T, DELTA))
     assert led_f.spent()[0] == pytest.approx(accounting.dpsgd_epsilon(q, 1.0, T, DELTA, sigma1=10.0))
     assert led_f.spent()[0] > led.spent()[0]
     assert [e.extra["sigma"] for e in led_f.entries] == [1.0, 10.0]
-    exact, led_x = fit("dpsgd_f", data, eps=10, delta=DELTA, epochs=2, sigma="auto", match_budget="exact")
+    exact, led_x = fit("dpsgd_f", data, eps=10, delta=DELTA, epochs=2, sigma="auto", match_budget="exact", **rdp)
     assert led_x.spent()[0] <= led.spent()[0] and exact.info["steps_removed"] > 0
+
+
+def test_pld_ledger_holds_the_run_as_one_entry_of_the_calibrated_eps():
+    """`accounting: pld` (the default): one (eps, delta) entry in a basic ledger, its eps the calibration's own
+    formula (the joint step of gradients and counts), the mechanism and the accountant stated in the entry."""
+    data = toy_table()
+    f, led = fit("dpsgd_f", data, eps=1.0, delta=DELTA, epochs=2, match_budget="none", reference=False)
+    assert registry.make("dpsgd").cfg.accounting == "pld" and led.accountant == "basic"
+    (entry,) = led.entries
+    q, T, sigma = 256 / len(data), f.info["steps"], f.info["sigma"]
+    assert entry.extra == {"accountant": "pld", "sigma": sigma, "q": q, "steps": T, "sensitivity": "C",
+                           "sigma1": 10 * sigma, "counts_sensitivity": 1.0}
+    eps = accounting.dpsgd_epsilon(q, sigma, T, DELTA, sigma1=10 * sigma, accounting="pld")
+    assert led.spent() == (entry.eps, entry.delta) == (eps, DELTA) and 0.99 < eps <= 1.0
+    assert f.history.eps[-1] == eps and f.info["eps_accountant"] == eps
+    with pytest.raises(BudgetExceeded, match="algo.sigma=calibrate"):
+        fit("dpsgd", data, eps=0.5, delta=DELTA, epochs=2, sigma=1.0)
+    from privfair_cli import runner
+    from privfair_cli.privacy import Budget
+
+    with pytest.raises(ConfigError, match="algo.accounting=rdp"):  # a ledger that cannot add an (eps, delta) entry
+        runner.fit_plugin(registry.make("dpsgd", epochs=2), data, Budget(1.0, DELTA), np.random.default_rng(0),
+                          accountant="rdp")
 
 
 def test_budget_is_enforced_and_calibration_is_the_default():
@@ -532,7 +645,8 @@ def test_budget_is_enforced_and_calibration_is_the_default():
     plugin, ledger = fit("dpsgd", data, eps=0.5, delta=DELTA, epochs=2, reference=False)
     assert 0.499 < ledger.spent()[0] <= 0.5 and plugin.info["sigma"] > 1
     plugin, ledger = fit("dpsgd_f", data, eps=0.5, delta=DELTA, epochs=2, reference=False)  # counts included
-    assert ledger.spent()[0] <= 0.5 and len(ledger.entries) == 2 and plugin.info["sigma1"] == 10 * plugin.info["sigma"]
+    assert ledger.spent()[0] <= 0.5 and ledger.entries[0].extra["sigma1"] == plugin.info["sigma1"] == \
+        10 * plugin.info["sigma"]
 
 
 def test_eps_inf_with_calibration_is_the_noise_free_limit():
@@ -555,7 +669,8 @@ def test_history_records_eps_and_metrics_per_epoch():
     assert h.eps[-1] == pytest.approx(ledger.spent()[0], rel=1e-12)
     q = 256 / 1500  # 2000 rows, a quarter held out for validation
     assert dp.info["q"] == q
-    assert h.eps[0] == pytest.approx(accounting.dpsgd_epsilon(q, 1.0, int(h.epoch_steps[0]), DELTA, sigma1=10.0))
+    assert h.eps[0] == pytest.approx(accounting.dpsgd_epsilon(q, 1.0, int(h.epoch_steps[0]), DELTA, sigma1=10.0,
+                                                              accounting="pld"))
     assert np.all(np.diff(h.eps) > 0)
     for key in ("accuracy", "accuracy_s0", "risk_difference_abs", "dtpr_abs", "dfpr_abs", "equalized_odds_gap"):
         assert h.sets["test"][key][-1] == pytest.approx(m[key], nan_ok=True)
@@ -622,15 +737,16 @@ def test_adult_runs_with_defaults_and_the_calibrated_noise_fits_eps():
 
 @needs_data("adult")
 def test_cli_run_writes_privacy_block_curves_and_history(tmp_path, monkeypatch):
-    """The record's eps is recomputed independently (spec §2 RDP formula, classic conversion) from the ledger's
-    own (sigma, q, steps); the cost-of-privacy metrics agree with each other; the files hold one row per epoch."""
+    """Under the thesis' accountant (`algo.accounting=rdp`) the record's eps is recomputed independently (spec §2 RDP
+    formula, classic conversion) from the ledger's own (sigma, q, steps); the cost-of-privacy metrics agree with
+    each other; the files hold one row per epoch."""
     from privfair_cli.main import main
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("PRIVFAIR_PROGRESS", "off")
     out = tmp_path / "run"
     code = main(["run", "algo=dpsgd_f", "data=adult", "data.n=3000", "eps=10", "delta=1e-6", "algo.sigma=auto",
-                 "algo.epochs=2", f"hydra.run.dir={out}"])
+                 "algo.epochs=2", "algo.accounting=rdp", f"hydra.run.dir={out}"])
     assert code == 0
     record = json.loads((out / "metrics.json").read_text())
     extras = [e["extra"] for e in record["privacy"]["ledger"]]

@@ -139,7 +139,8 @@ def test_eps_at_the_stop_epoch_is_the_accountant_at_that_step_count(run):
     seen = set()
     for r in plugin.stop_rows:
         t = r["stop_epoch"]
-        assert r["eps"] == pytest.approx(accounting.dpsgd_epsilon(q, sigma, int(steps[t - 1]), DELTA), rel=1e-9)
+        assert r["eps"] == pytest.approx(accounting.dpsgd_epsilon(q, sigma, int(steps[t - 1]), DELTA,
+                                                                  accounting=plugin.cfg.accounting), rel=1e-9)
         rule, fairness = r["rule"], r["fairness"]
         assert m[f"{rule}_eps_{fairness}"] == r["eps"] and m[f"{rule}_stop_epoch_{fairness}"] == t
         assert m[f"{rule}_afp_{fairness}"] == pytest.approx(-0.1 * r["accuracy"] + r["discrimination"] + 0.01 * t)
