@@ -69,11 +69,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import ClassVar, Literal
 
 import numpy as np
 
-from privfair_cli.algorithms.dpsgd import XuSGD, XuSGDConfig
+from privfair_cli.algorithms.dpsgd import SPEC_DEFAULTS, USER_DEFAULTS, XuSGD, XuSGDConfig
 from privfair_cli.errors import ConfigError
 from privfair_cli.registry import register
 from privfair_cli.typed import bounds
@@ -171,9 +171,17 @@ def window_of(epochs: int, n_start: int | str, window: int | str) -> tuple[int, 
 
 
 # --------------------------------------------------------------------------------------------- plugin
+# What `auto` means (configs/algo/dpsgd_es.yaml): `paper` the thesis' Bank logistic regression (6.3.1.1) and IMDB
+# fasttext column (§1.5); `default` the DP-SGD family's user defaults (dpsgd.USER_DEFAULTS).
+ES_PROFILES = {"default": USER_DEFAULTS,
+               "paper": SPEC_DEFAULTS | {"logistic": {"C": 0.3, "sigma": 1.0, "epochs": 40, "lr": 0.02, "l2": 0.01}}}
+
+
 @dataclass(frozen=True)
 class EarlyStoppingConfig(XuSGDConfig):
     """The `dpsgd` hyperparameters plus the rules'; defaults with a comment per key in configs/algo/dpsgd_es.yaml."""
+
+    profiles: ClassVar[dict] = ES_PROFILES
 
     n_start: int | Literal["auto"] = field(metadata=bounds(ge=1))
     window: int | Literal["auto"] = field(metadata=bounds(ge=0))

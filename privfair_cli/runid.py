@@ -36,6 +36,8 @@ BOOKKEEPING = (("data", "recipe"),)  # key paths naming where other keys came fr
 ADDED: dict[tuple[str, ...], float | str | None] = {
     ("algo", "momentum"): 0.0,  # DP-SGD family: plain SGD step
     ("algo", "accounting"): "rdp",  # DP-SGD family: the RDP accountant with budget.rdp_conversion
+    # DP-SGD family: `auto` as the thesis' values (the GAN families' `profile` is full | fast | smoke, never paper)
+    ("algo", "profile"): "paper",
     ("data", "unlabelled_size"): "auto",  # every card: a card without the key had no pool (auto derives it)
     # every card: the options of the views derived on demand (datasets/views.py), which no run derived before
     ("data", "views", "enumerable", "cells"): "auto",

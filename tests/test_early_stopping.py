@@ -25,6 +25,19 @@ ROOT = Path(__file__).resolve().parents[1]
 DELTA = 1e-5
 
 
+def test_paper_profile_is_the_thesis_bank_and_imdb_settings():
+    """dpsgd_es's `auto`: `paper` the thesis' Bank logistic regression (lr 0.02, T 40, C 0.3, L2 0.01) and IMDB
+    fasttext column (lr 0.6, T 100, C 1, L2 0); `default` the family's user defaults."""
+    from privfair_cli import registry
+
+    keys = ("C", "lr", "epochs", "l2")
+    paper = registry.make("dpsgd_es", profile="paper").cfg
+    assert [paper.spec(k, "logistic") for k in keys] == [0.3, 0.02, 40, 0.01]
+    assert [paper.spec(k, "fasttext") for k in keys] == [1.0, 0.6, 100, 0.0]
+    user = registry.make("dpsgd_es").cfg
+    assert [user.spec(k, "logistic") for k in keys] == [registry.make("dpsgd").cfg.spec(k, "logistic") for k in keys]
+
+
 def P(n, last, **kw):
     return es.RuleParams(n, last, **kw)
 

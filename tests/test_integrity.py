@@ -60,7 +60,8 @@ def test_a_run_is_charged_for_the_batches_it_draws(sampling):
     entry = ledger.entries[0]
     assert entry.extra["sampling"] == sampling and entry.extra["neighbouring"] == "replace_one"
     s = accounting.Sampling(sampling, len(train), plugin.cfg.batch_size)
-    want = accounting.dpsgd_epsilon(s.q, plugin.plan.sigma, plugin.plan.steps, DELTA, sampling=s)
+    want = accounting.dpsgd_epsilon(s.q, plugin.plan.sigma, plugin.plan.steps, DELTA, sampling=s,
+                                    accounting=plugin.cfg.accounting)
     assert ledger.spent()[0] == pytest.approx(want, rel=1e-12) and want <= 1.0 + 1e-9
     assert plugin.plan.sigma > poisson.plan.sigma
     assert "sampling" not in poisson_ledger.entries[0].extra  # Poisson runs' records are as before
