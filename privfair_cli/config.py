@@ -230,9 +230,9 @@ def load_card(name: str, recipe: str | None = None) -> dict:
 
 def load_node(group: str, name: str, root: Path | None = None):
     """`configs/<group>/<name>.yaml` (or the user's, `find_config`) merged over the configs its `defaults` list
-    names (the composition Hydra does for a group option), without Hydra; `root` is another checkout's `configs/`. As in Hydra, an entry is relative
-    to the folder of the config that names it (`files/adult`), or absolute from `configs/` (`/data/adult`);
-    `@_here_` merges it into this node."""
+    names (the composition Hydra does for a group option), without Hydra; `root` is another checkout's
+    `configs/`. As in Hydra, an entry is relative to the folder of the config that names it (`files/adult`), or
+    absolute from `configs/` (`/data/adult`); `@_here_` merges it into this node."""
     from omegaconf import OmegaConf, open_dict
 
     path = root / group / f"{name}.yaml" if root else find_config(group, name)

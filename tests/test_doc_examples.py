@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import re
 import shlex
-from pathlib import Path
 
 import pytest
 
@@ -50,7 +49,7 @@ def test_the_docs_show_commands():
 def test_a_shown_command_is_valid_or_fails_as_shown(page, command, error):
     words = shlex.split(command)[1:]
     if words[0] == "reproduce":
-        names = [w for w, before in zip(words[1:], words) if not w.startswith("-") and "=" not in w
+        names = [w for w, before in zip(words[1:], words[:-1], strict=True) if not w.startswith("-") and "=" not in w
                  and before != "--jobs"]
         assert names and all(n == "all" or experiment_name(n) in group_options("experiment") for n in names), \
             f"{page}: {command}"
