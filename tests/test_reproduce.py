@@ -282,6 +282,8 @@ def test_records_round_trip_exactly_merge_and_prune():
     new = records.frame([rows[0] | {"metric.accuracy": 0.9}])
     merged = records.merge(rec, new, keep={r["run_id"] for r in rows[:2]})
     assert list(merged["seed"]) == [0, 2] and merged["metric.accuracy"].tolist()[1] == 0.9  # seed 1 left the sweep
+    again = records.merge(rec, records.frame([rows[0] | {"commit": "later", "date": "e"}]))  # read once more
+    assert again.loc[again.seed == 2, "commit"].item() == "c" and records.to_bytes(again) == records.to_bytes(rec)
     pruned = records.prune(rec, {"accuracy"}, lambda p: True)
     assert records.metric_columns(pruned) == ["metric.accuracy"]
     assert records.prune(rec, {"accuracy"}, lambda p: False) is rec  # the comparison would change: keep all

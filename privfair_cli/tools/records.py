@@ -175,11 +175,23 @@ def from_bytes(data: bytes) -> pd.DataFrame:
     return pd.DataFrame(columns, columns=head)
 
 
+def _same_result(a: pd.Series, b: pd.Series) -> bool:
+    """Two rows of one run id hold the same result: every metric both name, and the wall time, are equal."""
+    columns = [c for c in a.index.intersection(b.index) if c.startswith("metric.") or c == "seconds"]
+    return all((pd.isna(a[c]) and pd.isna(b[c])) or a[c] == b[c] for c in columns)
+
+
 def merge(old: pd.DataFrame | None, new: pd.DataFrame, keep: set[str] | None = None) -> pd.DataFrame:
     """`new`'s rows, and `old`'s rows of other runs; with `keep` (the run ids of the experiment's sweep now), the
-    old rows of runs that are no longer in the sweep are dropped."""
+    old rows of runs that are no longer in the sweep are dropped. A new row that is the recorded run read again
+    (the same result: its folder merged once more, e.g. by `--no-run`) keeps the recorded row, so the provenance
+    (the commit and machine it ran on) is never re-stamped with the checkout that merely read it."""
     if old is None or old.empty:
         return frame(new.to_dict("records"))
+    recorded = old.set_index("run_id", drop=False)
+    rows = [recorded.loc[r.run_id] if r.run_id in recorded.index and _same_result(recorded.loc[r.run_id], r) else r
+            for _, r in new.iterrows()]
+    new = pd.DataFrame(rows, columns=list(dict.fromkeys([*new.columns, *old.columns]))) if rows else new
     rest = old[~old["run_id"].isin(set(new["run_id"]))]
     if keep is not None:
         rest = rest[rest["run_id"].isin(keep)]
