@@ -187,10 +187,10 @@ def test_pld_of_dpsgd_f_is_one_joint_subsampled_gaussian():
     assert pair.get_epsilon(1e-5) == pytest.approx(one.get_epsilon(1e-5), rel=1e-3)
     q, steps = 256 / 36177, 2826
     reference = PLDAccountant()
-    reference.compose(PoissonSampledDpEvent(q, GaussianDpEvent(accounting.joint_multiplier(1.0, 10.0))), steps)
-    got = accounting.dpsgd_epsilon(q, 1.0, steps, 1e-5, sigma1=10.0, accounting="pld")
+    reference.compose(PoissonSampledDpEvent(q, GaussianDpEvent(accounting.joint_multiplier(2.0, 20.0))), steps)
+    got = accounting.dpsgd_epsilon(q, 2.0, steps, 1e-5, sigma1=20.0, accounting="pld")
     assert got == pytest.approx(reference.get_epsilon(1e-5), rel=1e-9)
-    assert got > accounting.dpsgd_epsilon(q, 1.0, steps, 1e-5, accounting="pld")
+    assert got > accounting.dpsgd_epsilon(q, 2.0, steps, 1e-5, accounting="pld")
     assert accounting.joint_multiplier(0.0, 0.0) == 0 and math.isinf(
         accounting.dpsgd_epsilon(q, 0.0, steps, 1e-5, sigma1=0.0, accounting="pld"))
 
@@ -204,8 +204,8 @@ def test_pld_follows_the_batches_drawn():
     n, b, steps = 3000, 100, 150
     shuffle = accounting.Sampling("shuffle", n, b)
     reference = PLDAccountant()
-    reference.compose(GaussianDpEvent(4.0 / 2), shuffle.passes(steps))
-    got = accounting.dpsgd_epsilon(b / n, 4.0, steps, 1e-5, sampling=shuffle, accounting="pld")
+    reference.compose(GaussianDpEvent(8.0 / 2), shuffle.passes(steps))
+    got = accounting.dpsgd_epsilon(b / n, 8.0, steps, 1e-5, sampling=shuffle, accounting="pld")
     assert got == pytest.approx(reference.get_epsilon(1e-5), rel=1e-9)
     assert accounting.accountant_name("pld", shuffle) == "pld"
     fixed = accounting.Sampling("fixed_uniform", n, b)
@@ -214,6 +214,24 @@ def test_pld_follows_the_batches_drawn():
     assert accounting.accountant_name("pld", fixed) == "rdp_balle2020"
     with pytest.raises(ConfigError, match="algo.accounting"):
         accounting.accountant_name("prv")
+
+
+def test_pld_widens_its_grid_below_sigma_1():
+    """Below sigma 1 the privacy losses spread as sigma^-2 and so does the grid: within 1e-4 of dp-accounting's
+    1e-4 grid at sigma 0.5, and a noise multiplier of 0.01 (a fixed sigma, or where calibrating a large eps looks)
+    takes a second, not minutes."""
+    import time
+
+    from dp_accounting import GaussianDpEvent, PoissonSampledDpEvent
+    from dp_accounting.pld import PLDAccountant
+
+    reference = PLDAccountant()
+    reference.compose(PoissonSampledDpEvent(0.5, GaussianDpEvent(0.5)), 10)
+    got = accounting.dpsgd_epsilon(0.5, 0.5, 10, 1e-5, accounting="pld")
+    assert got == pytest.approx(reference.get_epsilon(1e-5), rel=1e-4)
+    start = time.perf_counter()
+    assert accounting.dpsgd_epsilon(0.32, 0.01, 62, 1e-5, accounting="pld") > 1e5
+    assert time.perf_counter() - start < 20
 
 
 def test_pld_calibration_fits_and_needs_less_noise():

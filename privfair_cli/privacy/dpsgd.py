@@ -26,7 +26,7 @@ Two accountings (`accounting`, the family's `algo.accounting`; ACCOUNTINGS):
 - `rdp` (the thesis'): the RDP curves above, converted by `conversion`. DPSGD-F / Naive add the counts' curve to
   the gradients' as a second subsampled Gaussian, as the thesis does.
 - `pld`: dp-accounting's privacy loss distribution accountant (`PLDAccountant`, its pessimistic discretisation at
-  PLD_DISCRETIZATION: an upper bound on eps), the tightest sound bound dp-accounting gives for these mechanisms
+  PLD_DISCRETIZATION, widened below sigma 1: an upper bound on eps), the tightest sound bound dp-accounting gives
   (Opacus issue #643's setting, sigma 3, q 0.2, 50 steps, delta 1e-5: PLD 2.06, RDP 2.27 with dp-accounting's
   conversion, 2.27 balle2020, 2.66 classic). Poisson: `PoissonSampledDpEvent(q, GaussianDpEvent(sigma))` composed
   T times; shuffle: `GaussianDpEvent(sigma / 2)` composed once per pass. DPSGD-F / Naive draw the gradient noise
@@ -55,9 +55,11 @@ SIGMA_MIN = 1e-6  # the smallest noise multiplier the RDP accountant is asked ab
 SAMPLINGS = ("poisson", "shuffle", "fixed_uniform")
 ACCOUNTINGS = ("pld", "rdp")
 PLD_SAMPLINGS = ("poisson", "shuffle")  # what dp-accounting's PLD accountant supports; fixed_uniform falls back
-# dp-accounting's default grid of privacy-loss values: its pessimistic discretisation rounds losses up, so a coarser
-# grid only raises eps (1e-3 would add 0.0045 at Adult's sigma 2 and 17 % at sigma 10); one evaluation takes
-# 0.02-1.6 s on the family's settings
+# dp-accounting's default grid of privacy-loss values (`_step_pld` widens it by sigma^-2 below sigma 1, where the
+# losses' range grows as sigma^-2): its pessimistic discretisation rounds losses up, so a coarser grid only raises
+# eps (1e-3 instead of 1e-4 would add 0.0045 at Adult's sigma 2 and 17 % at sigma 10; the widened grid adds 1e-5
+# relative at sigma 0.5-0.8). One evaluation takes 0.1-1 s at any sigma; the 1e-4 grid took 9 s at sigma 0.3 and
+# minutes below 0.1, where the calibration of a large eps and fixed small sigmas go.
 PLD_DISCRETIZATION = 1e-4
 PLD_FALLBACK_CONVERSION = "balle2020"  # `pld` with fixed_uniform batches: RDP with the tighter of our conversions
 
@@ -166,13 +168,14 @@ def pld_epsilon(q: float, sigma: float, steps: int, delta: float, sigma1: float 
 def _step_pld(sigma: float, q: float):
     """The PLD of one Gaussian step of multiplier sigma, Poisson-sampled at rate q (q = 1: no sampling), built as
     dp-accounting's `PLDAccountant` builds it for `PoissonSampledDpEvent(q, GaussianDpEvent(sigma))` (or
-    `GaussianDpEvent(sigma)`); T steps are its `self_compose(T)`, as the accountant composes them. Kept: a run asks
-    the same step for every epoch's eps, and the charge asks the calibration's last sigma again."""
+    `GaussianDpEvent(sigma)`) on a grid of PLD_DISCRETIZATION * max(1, sigma^-2); T steps are its
+    `self_compose(T)`, as the accountant composes them. Kept: a run asks the same step for every epoch's eps, and
+    the charge asks the calibration's last sigma again."""
     from dp_accounting.pld import privacy_loss_distribution
 
     kw = {} if q == 1 else {"sampling_prob": q}
     return privacy_loss_distribution.from_gaussian_mechanism(
-        standard_deviation=sigma, value_discretization_interval=PLD_DISCRETIZATION, **kw)
+        standard_deviation=sigma, value_discretization_interval=PLD_DISCRETIZATION * max(1.0, sigma ** -2), **kw)
 
 
 def run_rdp(q: float, sigma: float, sigma1: float | None, steps: int, orders,
