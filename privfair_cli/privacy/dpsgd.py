@@ -156,10 +156,15 @@ def pld_epsilon(q: float, sigma: float, steps: int, delta: float, sigma1: float 
         raise ConfigError(f"a noise multiplier of {s:g} is below {SIGMA_MIN:g}, the smallest the accountant "
                           "handles; raise algo.sigma (or algo.sigma1_ratio)")
     kind = "poisson" if sampling is None else sampling.kind
-    if kind == "poisson":
-        return float(_step_pld(s, q).self_compose(steps).get_epsilon_for_delta(delta))
-    if kind == "shuffle":  # one Gaussian of the clipped sum per pass, replace-one (multiplier s / 2); passes compose
-        return float(_step_pld(s / 2 / math.sqrt(sampling.passes(steps)), 1.0).get_epsilon_for_delta(delta))
+    try:
+        if kind == "poisson":
+            return float(_step_pld(s, q).self_compose(steps).get_epsilon_for_delta(delta))
+        if kind == "shuffle":  # one Gaussian of the clipped sum per pass, replace-one (multiplier s / 2), composed
+            return float(_step_pld(s / 2 / math.sqrt(sampling.passes(steps)), 1.0).get_epsilon_for_delta(delta))
+    except OverflowError:  # losses of order sigma^-2: dp-accounting's grid overflows for tiny multipliers
+        raise ConfigError(f"a noise multiplier of {s:g} is below what dp-accounting's PLD accountant handles (its "
+                          "privacy losses overflow); raise algo.sigma (or algo.sigma1_ratio), or give "
+                          "algo.accounting=rdp") from None
     return accountants.rdp_to_dp(orders, sampled_gaussian_rdp(q, s, steps, orders, sampling), delta,
                                  PLD_FALLBACK_CONVERSION)[0]
 
