@@ -38,11 +38,13 @@ from pathlib import Path
 from typing import IO, TypeVar
 
 import numpy as np
-import pandas as pd
 
+from privfair_cli import lazy
 from privfair_cli.datasets import store
 from privfair_cli.errors import ConfigError, DataError
 from privfair_cli.results import atomic_save
+
+pd = lazy.module("pandas")
 
 CACHE_VERSION = 3  # 3: the safe npz format of store.py (2 was a pickle)
 T = TypeVar("T")

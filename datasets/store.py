@@ -14,8 +14,11 @@ import json
 from typing import IO
 
 import numpy as np
-import pandas as pd
-import scipy.sparse as sp
+
+from privfair_cli import lazy
+
+pd = lazy.module("pandas")
+sp = lazy.module("scipy.sparse")
 
 TREE = "__tree__"
 

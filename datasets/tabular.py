@@ -40,10 +40,12 @@ import io
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 
+from privfair_cli import lazy
 from privfair_cli.datasets import read_csv_strict
 from privfair_cli.errors import DataError
+
+pd = lazy.module("pandas")
 
 FORMAT_KEYS = ("type", "sep", "quote", "skipinitialspace", "header", "columns", "skip_rows", "na_values",
                "missing", "types")

@@ -54,9 +54,11 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-import pandas as pd
 
+from privfair_cli import lazy
 from privfair_cli.errors import ConfigError, DataError
+
+pd = lazy.module("pandas")
 
 AUTO = "auto"
 MAX_BINS = 16  # auto k of the enumerable view: tried from 2 to this

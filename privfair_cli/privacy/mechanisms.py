@@ -18,12 +18,14 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from scipy.special import log_ndtr
 
+from privfair_cli import lazy
 from privfair_cli.errors import ConfigError
 from privfair_cli.privacy import accountants
 from privfair_cli.privacy.ledger import PrivacyLedger
 from privfair_cli.privacy.noise import noise_source
+
+special = lazy.module("scipy.special")
 
 
 def laplace(value, sensitivity: float, eps: float, rng: np.random.Generator, ledger: PrivacyLedger, note: str = ""):
@@ -44,7 +46,7 @@ def gaussian_sigma_classic(sensitivity: float, eps: float, delta: float) -> floa
 def _analytic_delta(sigma: float, sensitivity: float, eps: float) -> float:
     a = sensitivity / (2 * sigma)
     b = eps * sigma / sensitivity
-    return math.exp(log_ndtr(a - b)) - math.exp(eps + log_ndtr(-a - b))
+    return math.exp(special.log_ndtr(a - b)) - math.exp(eps + special.log_ndtr(-a - b))
 
 
 def gaussian_sigma_analytic(sensitivity: float, eps: float, delta: float) -> float:
