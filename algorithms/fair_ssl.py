@@ -18,7 +18,24 @@ penalised by tau, re-solve, tau <- min(mu tau, tau_max), until the objective set
 that does not end `optimal` (or a CCP point that violates |Cov| <= c) makes the run's accuracy and discrimination
 N/A (NaN, `solver_ok` = 0, the status in the run's warnings), never a number.
 
+Covariance scaling (`dm_scaling`, mistreatment notions only; default `sum`). The thesis writes the constraint as
+|(1/k) g_w (z - zbar)| <= c (Eq. 5.6; Eq. 5.13 for DI, with the explicit 1/k), but the mistreatment constraint it
+solves is Eqs. 5.20-5.21 (§5.2.4.2, pp. 77-78): (k1/k) |sum_{D0} g + sum_{D1} g| <= c, a sum over the rows with no
+1/k. Zafar et al.'s code (WWW 2017, `get_constraint_list_cov`) divides by the rows (1/M, `mean`), which the spec
+recommends (§8.12). With `mean`, every c >= 0.5 of the thesis' OMR grid (0-5) is non-binding in every run on Titanic
+and Bank (the unconstrained optimum's |Cov| is O(0.01-0.1)), so the constraint never acts and the scopes coincide,
+against the thesis' text and Table 5.4 (accuracy and Dis of the labelled scope rise with c). With `sum` (M = 1:
+|sum_i (z_i - zbar) g_i| <= c, the covariance times M, the scale of Eqs. 5.20-5.21) c = 0-5 binds on Titanic
+(M = 200-600; labelled scope, seeds 0-2: accuracy 0.698 / 0.718 / 0.728 / 0.738 and Dis 0.05-0.07 rising from c = 1
+to 5, the thesis 0.745-0.755 / 0.03-0.08) and stays near c = 0 on Bank (M = 4,000-8,000), where the thesis' Table
+5.3 is flat from c = 0 to 5. So `sum` is the default of fair_ssl_lr / fair_ssl_svm; `mean` is kept as the option
+(and is what the Zafar baselines use: their configs have no such key, `dm_scaling()`). Disparate impact keeps the
+1/|S| of Eq. 5.13 (its c grid 0-0.25 and Table 5.2's saturation at c ~ 0.15 fit it). The two scalings solve the same
+problem at c_sum = M c_mean (tested).
+
 Deviations and resolutions (by spec item):
+- §8.12 covariance scaling: mistreatment constraints use the sum scaling of Eqs. 5.20-5.21 by default (above), not
+  the spec's recommended 1/|S| (`dm_scaling: mean`).
 - §0 standardisation: features are standardised with the mean / std of D_l u D_u (the card's [0, 1] view
   first); the sensitive attribute is never a feature; an intercept column is appended.
 - §0.1 / §8.11: A is float32 (its exp underflows to exactly 0 below ~1e-45, so far pairs have no edge); L_uu is
@@ -131,6 +148,7 @@ class FairSSLConfig(FairLinearConfig):
     max_outer: int = field(metadata=bounds(ge=1))
     tol: float = field(metadata=bounds(gt=0))
     yu_update: Literal["corrected", "printed"]
+    dm_scaling: Literal["sum", "mean"]
     unlabelled_used: int | None = field(metadata=bounds(ge=0))
 
 
@@ -264,14 +282,20 @@ def di_vector(X: np.ndarray, z: np.ndarray) -> np.ndarray:
     return X.T @ (z - z.mean()) / max(len(z), 1)
 
 
-def dm_terms(X: np.ndarray, z: np.ndarray, y: np.ndarray, fairness: str):
+def dm_terms(X: np.ndarray, z: np.ndarray, y: np.ndarray, fairness: str, scaling: str = "mean"):
     """The rows S', signed labels and weights a_i = (z_i - mean_S' z) / M of Cov = sum a_i min(0, yt_i x_i.w)
-    (§0.2; M = |S'|)."""
+    (§0.2; M = |S'|); `scaling="sum"`: M = 1 (the un-normalised covariance, the scale of Eqs. 5.20-5.21)."""
     yt = 2.0 * y - 1.0
     keep = {"omr": np.ones(len(y), bool), "fpr": yt < 0, "fnr": yt > 0}[fairness]
     Xs, zs, ys = X[keep], z[keep].astype(float), yt[keep]
-    a = (zs - zs.mean()) / max(len(zs), 1) if len(zs) else zs
+    a = (zs - zs.mean()) / (max(len(zs), 1) if scaling == "mean" else 1.0) if len(zs) else zs
     return Xs, ys, a
+
+
+def dm_scaling(cfg) -> str:
+    """The mistreatment covariance's scaling: `dm_scaling` of the fair SSL plugins (default `sum`, the thesis'
+    Eqs. 5.20-5.21), `mean` (1/M, Zafar et al.'s code) for the Zafar baselines, which have no such key."""
+    return getattr(cfg, "dm_scaling", "mean")
 
 
 def dm_cov(w: np.ndarray, Xs: np.ndarray, ys: np.ndarray, a: np.ndarray) -> float:
@@ -470,7 +494,7 @@ class _WStep:
         sets' mistreatment terms. The third item is the w-step's answer when no iteration is needed: the
         unconstrained solve failed, or its optimum satisfies |Cov| <= c and so is the constrained optimum (the
         loss is convex and its global minimiser is feasible: the point the first CCP step would return)."""
-        terms = [dm_terms(Xs, zs, ys, self.cfg.fairness) + (c,)
+        terms = [dm_terms(Xs, zs, ys, self.cfg.fairness, dm_scaling(self.cfg)) + (c,)
                  for (Xs, zs, c), ys in zip(self.sets, set_labels, strict=True)]
         if warm is not None:
             return self.V.T @ np.asarray(warm, float), terms, None
@@ -658,7 +682,7 @@ class ParametricWStep(_WStep):
             a = np.zeros(len(yt))
             if keep.any():
                 zk = zs[keep]
-                a[keep] = (zk - zk.mean()) / keep.sum()
+                a[keep] = (zk - zk.mean()) / (keep.sum() if dm_scaling(self.cfg) == "mean" else 1.0)
             full.append((Xs, yt, a))
 
         def linearise(beta):

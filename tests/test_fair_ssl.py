@@ -249,6 +249,47 @@ def test_convex_concave_loop_reaches_the_known_constrained_optimum():
     assert unconstrained - 1e-9 <= ours <= best + 1e-3
 
 
+class _Scaled:
+    """A FairLinearConfig with the fair SSL plugins' `dm_scaling` key (the Zafar configs have none: mean)."""
+
+    def __init__(self, base, dm_scaling):
+        self._base, self.dm_scaling = base, dm_scaling
+
+    def __getattr__(self, key):
+        return getattr(self._base, key)
+
+
+@pytest.mark.parametrize("step", ["ParametricWStep", "LargeWStep"])
+def test_sum_scaling_is_the_mean_covariance_times_m(step):
+    """dm_scaling=sum (the default of fair_ssl_lr / fair_ssl_svm, Eqs. 5.20-5.21) constrains M |Cov_mean| <= c: the
+    same optimum as the mean scaling at c / M, by both w-step forms."""
+    rng = np.random.default_rng(4)
+    n = 200
+    z = (rng.random(n) < 0.5).astype(float)
+    x = rng.normal(size=n)
+    y = (x + np.where(z == 1, 0.3, 1.2) * rng.normal(size=n) > 0).astype(int)
+    X = np.c_[x, rng.normal(size=n), np.ones(n)]
+    Xs, ys, a = fair_ssl.dm_terms(X, z, y, "omr")
+    _, _, a_sum = fair_ssl.dm_terms(X, z, y, "omr", "sum")
+    np.testing.assert_allclose(a_sum, a * n)
+    free = fair_ssl.solve_w(X, y, [], cfg())
+    c = abs(fair_ssl.dm_cov(free.w, Xs, ys, a)) / 3
+    cls = getattr(fair_ssl, step)
+    mean = cls(X, [(X, z, c)], cfg(fairness="omr", c=c)).solve(y, [y])
+    total = cls(X, [(X, z, c * n)], _Scaled(cfg(fairness="omr", c=c * n), "sum")).solve(y, [y])
+    assert mean.ok and total.ok
+    assert abs(fair_ssl.dm_cov(total.w, Xs, ys, a_sum)) <= c * n + 1e-5
+    np.testing.assert_allclose(total.w, mean.w, atol=2e-4)
+
+
+def test_fair_ssl_defaults_to_the_sum_scaling():
+    from privfair_cli import registry
+
+    assert registry.make("fair_ssl_lr").cfg.dm_scaling == "sum"
+    assert registry.make("fair_ssl_svm").cfg.dm_scaling == "sum"
+    assert fair_ssl.dm_scaling(registry.make("zafar_dm").cfg) == "mean"
+
+
 def ssl_table(n=400, seed=0):
     rng = np.random.default_rng(seed)
     s = (rng.random(n) < 0.5).astype(int)
