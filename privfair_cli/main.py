@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import io
 import itertools
 import os
 import signal
@@ -249,15 +250,51 @@ def _about(name: str, width: int) -> str:
     return text if len(text) <= width else text[:width - 3].rstrip() + "..."
 
 
+def _sources_key() -> str:
+    """A digest of what `privfair list` reads: the path, size and mtime of every file of the package (its plugins
+    and loaders included), of the config folders searched (the user's first) and of WIDTH."""
+    import hashlib
+
+    from privfair_cli.config import search_dirs
+
+    h = hashlib.sha256(f"{WIDTH} {sys.version}".encode())
+    for root in [Path(__file__).resolve().parent, *search_dirs()]:
+        for folder, dirs, files in os.walk(root, followlinks=True):
+            dirs[:] = sorted(d for d in dirs if d != "__pycache__")
+            for name in sorted(files):
+                st = os.stat(os.path.join(folder, name))
+                h.update(f"{folder}/{name} {st.st_size} {st.st_mtime_ns}\n".encode())
+    return h.hexdigest()[:24]
+
+
 def cmd_list(args) -> int:
-    """One line per algorithm config and per dataset, then the other config groups; `--detail`: the tables of the
-    views each algorithm needs, the guarantees, and the views each card provides with what runs on it."""
+    """One line per algorithm config and per dataset, then the other config groups (remembered under the cache
+    folder, keyed by `_sources_key`: listing imports every plugin, about 7 s, so the same listing is printed from the
+    cache until a source or config file changes); `--detail`: the tables of the views each algorithm needs, the
+    guarantees, and the views each card provides with what runs on it."""
+    if args.detail:
+        return _list_compact(detail=True)
+    from privfair_cli.datasets import cache_root, write_cache
+
+    cached = cache_root() / "list" / f"{_sources_key()}.txt"
+    if cached.is_file():
+        print(cached.read_text(), end="")
+        return 0
+    buffer = io.StringIO()
+    with contextlib.redirect_stdout(buffer):
+        _list_compact(detail=False)
+    print(buffer.getvalue(), end="")
+    write_cache(cached, lambda f: f.write(buffer.getvalue().encode()))
+    return 0
+
+
+def _list_compact(detail: bool) -> int:
     from privfair_cli import registry, schema
     from privfair_cli.config import load_card, load_node, recipes
 
     plugins = registry.load_plugins()
     needs = {a: plugins[a].requirements(registry.defaults(a)) for a in plugins}
-    if args.detail:
+    if detail:
         return _list_detail(plugins, needs)
     from privfair_cli.tools.docs import guarantee_rows
 
