@@ -339,9 +339,16 @@ def test_report_plot_draws_mean_and_band_per_algorithm(tmp_path, monkeypatch):
     privlr = summary[summary.algo == "privlr"].sort_values("eps")
     assert list(lines["privlr"].get_xdata()) == list(privlr["eps"])
     assert list(lines["privlr"].get_ydata()) == pytest.approx(list(privlr["accuracy_mean"]))
-    assert len(ax.collections) == 2  # one ± std band per algorithm
+    assert len(ax.collections) == 1  # the ± std band of the private line
+    baseline = lines["lr (non-private)"]  # non-private: a dashed level across the panel at its mean over eps
+    assert baseline.get_linestyle() == "--"
+    assert baseline.get_ydata()[0] == pytest.approx(summary[summary.algo == "lr"]["accuracy_mean"].mean())
     with pytest.raises(PrivfairError, match="not a numeric swept key"):
         plots.tradeoff(summary, "algo", ["accuracy"], tmp_path / "x.png")
+    monkeypatch.setattr(plots, "MAX_LINES", 1)  # more lines than fit a panel: one column per family
+    fig = plots.tradeoff(summary, "eps", ["accuracy"], tmp_path / "families.png", families=report.families(["privlr"]))
+    assert [ax.get_title() for ax in fig.axes] == ["german: functional"]  # lr (non-private) is drawn in every column
+    assert {line.get_label() for line in fig.axes[0].get_lines()} >= {"privlr", "lr (non-private)"}
     written = pd.read_csv(tmp_path / "sw" / "summary.csv")
     assert list(written["runs"]) == [2] * 8 and len(written) == 8  # 2 algorithms x 4 budgets, 2 seeds each
     assert list(written["accuracy_mean"]) == pytest.approx(list(summary["accuracy_mean"]))

@@ -52,10 +52,11 @@ def pyplot():
 
 @contextlib.contextmanager
 def figure(path: Path, rows: int = 1, cols: int = 1, panel: tuple[float, float] = PANEL, title: str = "",
-           dpi: int = DPI, legend_below: bool = False, tight: bool = True, **subplots):
+           dpi: int = DPI, legend_below: bool = False, tight: bool = True, legend_right: bool = False, **subplots):
     """A figure with a rows x cols grid of axes (always 2-D), saved to `path` and closed on leaving the block.
-    `legend_below`: one legend under the panels, from the first panel's labels. `tight=False` keeps the axes'
-    own limits and crops the saved image to its content (e.g. a graph drawing)."""
+    `legend_below`: one legend under the panels, from the first panel's labels. `legend_right`: one legend right of
+    the panels with every label of every panel once (the saved image grows to hold it, none is clipped).
+    `tight=False` keeps the axes' own limits and crops the saved image to its content (e.g. a graph drawing)."""
     plt = pyplot()
     fig, axes = plt.subplots(rows, cols, figsize=(panel[0] * cols, panel[1] * rows), squeeze=False, **subplots)
     try:
@@ -69,45 +70,75 @@ def figure(path: Path, rows: int = 1, cols: int = 1, panel: tuple[float, float] 
             fig.suptitle(title, fontsize=10)
         if tight:
             fig.tight_layout(rect=(0, bottom, 1, 1))
+        if legend_right:
+            seen: dict[str, object] = {}
+            for ax in axes.flat:
+                for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
+                    seen.setdefault(label, handle)
+            fig.legend(list(seen.values()), list(seen), loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=8,
+                       frameon=False, ncol=1 + len(seen) // 30)
         Path(path).parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(path, dpi=dpi, bbox_inches=None if tight else "tight")
+        fig.savefig(path, dpi=dpi, bbox_inches=None if tight and not legend_right else "tight")
     finally:
         plt.close(fig)
 
 
 # ---------------------------------------------------------------------------------------------- report
+STYLES = ("-", "-.", ":")  # with the 10 colours: 30 lines told apart (dashed is for the non-private baselines)
+MARKERS = ("o", "s", "^")
+MAX_LINES = 10  # more lines than this on one dataset: one column per family of algorithms (`families`)
+
+
 def tradeoff(summary: pd.DataFrame, x: str, metrics: list[str], path: Path, reference: dict | None = None,
-             title: str = ""):
+             title: str = "", families: dict[str, str] | None = None):
     """Each metric (rows) against `x` per dataset (columns) from a summary (`results.summarise`): mean line and
-    ± std band per algorithm and value of the other swept keys. A line measured at a single x (a non-private
-    baseline run at one eps) is drawn dashed across the panel. `reference`: {metric: {y, label}} lines; `title`
-    goes before the run count. Returns the figure after saving it."""
+    ± std band per algorithm and value of the other swept keys that vary within an algorithm. Lines differ in
+    colour, then line style and marker; one legend right of the panels, one y-scale per metric (row). A
+    non-private line (`guarantee` none) and a line measured at a single x are drawn dashed across the panel, the
+    baseline the private lines are read against. `families` ({algo: family}): with more than MAX_LINES lines on a
+    dataset, one column per (dataset, family), the baselines of that dataset in each. `reference`: {metric: {y,
+    label}} lines; `title` goes before the run count. Returns the figure after saving it."""
     keys = [c for c in summary.columns if not c.endswith(("_mean", "_std")) and c != "runs"]
     if x not in keys or not pd.api.types.is_numeric_dtype(summary[x]):
         allowed = [k for k in keys if pd.api.types.is_numeric_dtype(summary[k])]
         raise PrivfairError(f"--plot {x}: not a numeric swept key of these runs; allowed: {', '.join(allowed)}")
-    datasets = sorted(summary["data"].unique())
     other = (x, "data", "algo", "guarantee")  # the guarantee is what the runs give, not a swept key: no line of its own
-    series = ["algo"] + [k for k in keys if k not in other and summary[k].nunique(dropna=False) > 1]
+    within = summary.groupby(["algo", "data"], sort=False)
+    series = ["algo"] + [k for k in keys if k not in other and (within[k].nunique(dropna=False) > 1).any()]
     xs = summary[x].astype(float)
     log_x = bool((xs > 0).all() and xs.max() / xs.min() >= 100)
     ident = summary[series].astype(str).agg(" | ".join, axis=1)  # one line per algorithm and other swept values
-    colours = {name: f"C{i % 10}" for i, name in enumerate(sorted(ident.unique()))}
+    styles = {name: {"color": f"C{i % 10}", "ls": STYLES[i // 10 % 3], "marker": MARKERS[i // 10 % 3]}
+              for i, name in enumerate(sorted(ident.unique()))}
+    baseline = (summary["guarantee"].astype(str).eq("none") if "guarantee" in summary
+                else pd.Series(False, summary.index))
+    family = summary["algo"].map(families or {}).fillna("") if families else pd.Series("", summary.index)
+    columns = []  # (dataset, family or "") per column of panels
+    for dataset in sorted(summary["data"].unique()):
+        on = summary["data"] == dataset
+        split = families and ident[on].nunique() > MAX_LINES
+        columns += [(dataset, f) for f in sorted(family[on & ~baseline].unique())] if split else [(dataset, "")]
     lo, hi = int(summary["runs"].min()), int(summary["runs"].max())
-    with figure(path, len(metrics), len(datasets), panel=(4.2, 2.9), dpi=130, legend_below=True, sharex=True,
-                title=f"{title}mean ± std over seeds ({lo if lo == hi else f'{lo}-{hi}'} runs a point)") as (fig, axes):
-        for j, dataset in enumerate(datasets):
-            sub = summary[summary["data"] == dataset]
+    with figure(path, len(metrics), len(columns), panel=(4.2, 2.9), dpi=130, legend_right=True, sharex=True,
+                sharey="row", title=f"{title}mean ± std over seeds ({lo if lo == hi else f'{lo}-{hi}'} runs a point)"
+                ) as (fig, axes):
+        for j, (dataset, fam) in enumerate(columns):
+            sub = summary[(summary["data"] == dataset) & (baseline | (family == fam) if fam else True)]
             for name, line in sub.groupby(ident[sub.index], sort=True):
-                _draw_line(axes[:, j], line.sort_values(x), x, metrics, series, colours[name])
+                flat = bool(baseline[line.index].all()) or line[x].nunique() == 1
+                _draw_line(axes[:, j], line.sort_values(x), x, metrics, series, styles[name], flat)
         for i, metric in enumerate(metrics):
-            for j, dataset in enumerate(datasets):
+            for j, (dataset, fam) in enumerate(columns):
                 ax = axes[i, j]
                 ax.grid(alpha=0.3)
                 if log_x:
                     ax.set_xscale("log")
+                if xs.nunique() == 1:  # one budget: a window around it, not matplotlib's 0-1
+                    v = float(xs.iloc[0])
+                    ax.set_xlim(*((v / 3, v * 3) if log_x or v > 0 else (v - 1, v + 1)))
+                    ax.set_xticks([v])
                 if i == 0:
-                    ax.set_title(str(dataset))
+                    ax.set_title(f"{dataset}: {fam}" if fam else str(dataset))
                 if i == len(metrics) - 1:
                     ax.set_xlabel(x.removeprefix("cfg."))
                 if j == 0:
@@ -115,21 +146,27 @@ def tradeoff(summary: pd.DataFrame, x: str, metrics: list[str], path: Path, refe
                 if metric in (reference or {}):
                     line = reference[metric]
                     ax.axhline(float(line["y"]), color="grey", ls="--", lw=1, label=line.get("label"))
-                    ax.legend(fontsize=7)
     return fig
 
 
-def _draw_line(column, line: pd.DataFrame, x: str, metrics: list[str], series: list[str], colour: str) -> None:
+def _draw_line(column, line: pd.DataFrame, x: str, metrics: list[str], series: list[str], style: dict,
+               flat: bool) -> None:
+    """One line on each metric's panel; `flat`: a non-private baseline or a line at one x, drawn as a dashed
+    horizontal line at its mean over x (band: its mean std), marked where it was measured."""
     first = line.iloc[0]
     label = str(first["algo"]) + "".join(f", {k}={first[k]}" for k in series if k != "algo")
+    if flat:
+        label += " (non-private)" if first.get("guarantee") == "none" else f" (one {x})"
     for ax, metric in zip(column, metrics, strict=True):
         mean, std = line[f"{metric}_mean"].to_numpy(float), line[f"{metric}_std"].fillna(0).to_numpy(float)
-        if len(line) == 1:
-            ax.axhline(mean[0], color=colour, ls="--", lw=1.2, label=f"{label} (one {x})")
-            ax.axhspan(mean[0] - std[0], mean[0] + std[0], color=colour, alpha=0.12, lw=0)
+        if flat:
+            level, spread = float(np.nanmean(mean)), float(np.nanmean(std))
+            ax.axhline(level, color=style["color"], ls="--", lw=1.2, label=label)
+            ax.axhspan(level - spread, level + spread, color=style["color"], alpha=0.10, lw=0)
+            ax.plot(line[x], mean, ls="none", marker=style["marker"], ms=3, color=style["color"])
         else:
-            ax.plot(line[x], mean, marker="o", ms=3, color=colour, label=label)
-            ax.fill_between(line[x], mean - std, mean + std, color=colour, alpha=0.18, lw=0)
+            ax.plot(line[x], mean, ms=3, label=label, **style)
+            ax.fill_between(line[x], mean - std, mean + std, color=style["color"], alpha=0.18, lw=0)
 
 
 GROUP_PLOT_RATES = {"accuracy": "accuracy", "tpr": "TPR"}  # what by_group draws per group
@@ -384,17 +421,23 @@ def _artifact(run_dir: Path, name: str) -> Path | None:
 
 
 # ---------------------------------------------------------------------------------------------- run artifacts
-def curves(df: pd.DataFrame, path: Path, title: str = "") -> None:
+def curves(df: pd.DataFrame, path: Path, title: str = "", stops: pd.DataFrame | None = None) -> None:
     """Per-group average loss and gradient norm (and clipping bound, when adaptive) per epoch (thesis Figures
-    9.1 / 9.2 / 9.4 style)."""
+    9.1 / 9.2 / 9.4 style). `stops` (dpsgd_es's `stops.csv`: rule, fairness, stop_epoch): a dotted vertical line
+    at each epoch where a stopping rule stopped, labelled with the rules that stopped there."""
     cols = ["avg_loss", "avg_grad_norm"] + (["avg_clip_bound"] if "avg_clip_bound" in df else [])
-    with figure(path, 1, len(cols), title=title) as (_, axes):
+    marks = {} if stops is None else {int(e): sorted(set(g["rule"])) for e, g in stops.groupby("stop_epoch")}
+    with figure(path, 1, len(cols), title=title, legend_right=bool(marks)) as (_, axes):
         for ax, col in zip(axes[0], cols, strict=True):
             for group, g in df.groupby("group", sort=False):
-                ax.plot(g["epoch"], g[col], label=str(group))
+                ax.plot(g["epoch"], g[col], label=f"group {group}")
+            for k, (epoch, rules) in enumerate(marks.items()):
+                shown = ", ".join(rules[:3]) + (f" +{len(rules) - 3}" if len(rules) > 3 else "")
+                ax.axvline(epoch, color=f"C{(k + 2) % 10}", ls=":", lw=1.2, label=f"stop at epoch {epoch}: {shown}")
             ax.set_xlabel("epoch")
             ax.set_ylabel(col.replace("_", " "))
-        axes[0, 0].legend(fontsize=7)
+        if not marks:
+            axes[0, 0].legend(fontsize=7)
 
 
 FIGURE_ARTIFACTS = ("curves.csv", "graph.json")  # what `artifact_figures` draws from
@@ -415,8 +458,9 @@ def artifact_figures(folder: Path, context: str) -> list[Path]:
 
     folder, drawn = Path(folder), []
     if (folder / "curves.csv").is_file():
+        stops = pd.read_csv(folder / "stops.csv") if (folder / "stops.csv").is_file() else None
         curves(pd.read_csv(folder / "curves.csv", dtype={"group": str}), folder / "curves.png",
-               title=f"per-group training diagnostics (non-private): {context}")
+               title=f"per-group training diagnostics (non-private): {context}", stops=stops)
         drawn.append(folder / "curves.png")
     if (folder / "graph.json").is_file():
         g = json.loads((folder / "graph.json").read_text())

@@ -82,13 +82,29 @@ def report(path: Path, metrics: list[str] | None = None, plot: str | None = None
     if plot:
         shown = metrics if given else [m for m in PLOT_METRICS if m in metrics]
         out = Path(path) / f"tradeoff_{plot}.png"
-        plots.tradeoff(summary, plot, shown or metrics, out)
+        lines = summary.groupby("data")["algo"].nunique().max()
+        plots.tradeoff(summary, plot, shown or metrics, out,
+                       families=families(summary["algo"].unique()) if lines > plots.MAX_LINES else None)
         print(f"wrote {out}")
         if groups is not None:
             out = Path(path) / f"tradeoff_{plot}_by_group.png"
             plots.by_group(groups, plot, out)
             print(f"wrote {out}")
     return summary
+
+
+def families(algos) -> dict[str, str]:
+    """{algo config: the family (module) of the plugin it names}: the trade-off plot's columns when one dataset has
+    more lines than fit one panel."""
+    from privfair_cli import registry
+    from privfair_cli.config import find_config, load_node
+
+    plugins = registry.load_plugins()
+    out = {}
+    for algo in algos:
+        cls = plugins.get(str(load_node("algo", algo).get("name", algo))) if find_config("algo", algo) else None
+        out[algo] = registry.info(cls).module if cls else "other"
+    return out
 
 
 def k_group_gaps(df: pd.DataFrame) -> list[str]:
