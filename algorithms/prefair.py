@@ -469,6 +469,10 @@ class MarginalTreeRelease(Plugin):
         self.fair_tree = is_fair(edges, d, self.roles)
         if not self.fair_tree and not self.allows_unfair_tree():
             raise AssertionError(f"{self.name} selected an unfair tree {edges}")
+        self.excluded = sum(not self.roles.allowed(i, j) for i, j in zip(I.tolist(), J.tolist(), strict=True))
+        if not self.fair and self.fair_tree:
+            self.warn(f"mst's tree is already fair for the roles of data={data.name} (tree_fair = 1): this release "
+                      f"meets the fairness condition without a repair")
 
         tables = histograms(Xc, self.cdomain, edges)
         noisy2 = gaussian_zcdp(np.concatenate([t.ravel() for t in tables]), math.sqrt(d - 1), s2, rng, ledger,
@@ -518,7 +522,8 @@ class MarginalTreeRelease(Plugin):
                 for k in ("protected", "admissible", "outcome")}
 
     def extra_metrics(self) -> dict[str, float]:
-        return {"rho": self.rho, "tree_fair": float(self.fair_tree)}
+        excluded = {"pairs_excluded": float(self.excluded)} if self.fair else {}  # candidates the roles rule out
+        return {"rho": self.rho, "tree_fair": float(self.fair_tree)} | excluded
 
     def artifacts(self, run_dir) -> None:
         run_dir = Path(run_dir)

@@ -528,3 +528,18 @@ def test_standardised_mlp_inputs_are_z_scores_of_the_training_table():
     raw = downstream.train_classifier("mlp", X, y, np.random.default_rng(1),
                                       downstream.ReleaseEvaluation(10000, "mlp", 2, 10, "raw"))(Z)
     assert np.array_equal(raw, downstream.train_mlp(X, y, np.random.default_rng(1), 2)(Z))
+
+
+def test_a_release_says_when_there_was_nothing_to_repair():
+    """mst's chain tree passes P - x1 - A - x3 - x4 - O, already fair: its run says so (a user comparing it with
+    pfdr learns why the two releases may coincide). pfdr counts the candidate pairs its roles rule out (outcome x5
+    with x0, x1, x3, x4)."""
+    mst, _ = fit("mst", chain_table(n=3000), eps=1e4)
+    assert mst.extra_metrics()["tree_fair"] == 1 and "pairs_excluded" not in mst.extra_metrics()
+    assert any("already fair" in w for w in mst.warnings())
+    pfdr, _ = fit("pfdr", chain_table(n=3000), eps=1e4)
+    assert pfdr.extra_metrics()["pairs_excluded"] == 4 and not pfdr.warnings()
+    star = chain_table(n=3000)
+    star.frame["x5"] = star.frame["x0"]  # the outcome copies the protected attribute: mst joins them, unfairly
+    mst, _ = fit("mst", star, eps=1e4)
+    assert mst.extra_metrics()["tree_fair"] == 0 and not any("already fair" in w for w in mst.warnings())
