@@ -82,6 +82,10 @@ GEN_CHUNK = 10_000  # rows per generation pass
 # spec §11: the CPU profile and the smoke profile replace the configured schedule
 PROFILES = {"fast": {"batch_size": 500, "pretrain_epochs": 50, "phase1_epochs": 150, "phase2_epochs": 150},
             "smoke": {"batch_size": 100, "pretrain_epochs": 5, "phase1_epochs": 5, "phase2_epochs": 5}}
+# the spec's schedule (§2.3 / §9; configs/algo/*.yaml) and the default one a user run trains (`schedule: default`,
+# issue 47: a default run finishes within about 5 minutes on 2 CPU cores; Tables 6.1 / 6.2 pin `schedule: paper`)
+PAPER = {"batch_size": 100, "pretrain_epochs": 200, "phase1_epochs": 2000, "phase2_epochs": 2000}
+DEFAULT = {"batch_size": 500, "pretrain_epochs": 20, "phase1_epochs": 25, "phase2_epochs": 25}
 
 
 # ---------------------------------------------------------------------------------------------- configs
@@ -107,9 +111,13 @@ class FairGANConfig(gan.FairGANKeys):
     discretise: Literal["argmax", "sample"]
     ber_eval: Literal["same", "real"]
 
-    def schedule(self) -> dict[str, int]:
-        own = {k: getattr(self, k) for k in ("batch_size", "pretrain_epochs", "phase1_epochs", "phase2_epochs")}
-        return own | PROFILES.get(self.profile, {})
+    def epochs(self) -> dict[str, int]:
+        """The schedule this config trains (`schedule_named`, without its name)."""
+        return self.schedule_named()[0]
+
+    def schedule_named(self) -> tuple[dict[str, int], str]:
+        own = {k: getattr(self, k) for k in PAPER}
+        return gan.resolve_schedule(self, own, PAPER, DEFAULT, PROFILES)
 
 
 # ---------------------------------------------------------------------------------------------- encoding
@@ -331,28 +339,41 @@ class FairGANModel:
             real = self.real_batch(B)
             gan.step(self.opt_g, self.g_params, self.g_loss(real, self.fake_batch(B), lam, mu).sum())
 
+    def costs(self, X, y, s, B: int) -> tuple[float, float, float]:
+        """Estimated seconds of one AE step and of one GAN iteration in phase 1 and in phase 2, timed on a throwaway
+        model of the same shape (this model's state and random streams do not move)."""
+        probe = FairGANModel(self.cfg, self.groups, self.ens.E, str(self.ens.device), 0)
+        probe.set_data(X, y, s)
+        dev = self.ens.device
+        ae = gan.calibrate(lambda: probe.pretrain_step(B), device=dev)
+        it1 = gan.calibrate(lambda: probe.iteration(B, 0.0, 0.0), n=2, device=dev)
+        it2 = gan.calibrate(lambda: probe.iteration(B, self.cfg.lambda_, self.cfg.mu), n=2, device=dev)
+        return ae, it1, it2
+
     def fit(self, X, y, s, description: str = "fairgan") -> FairGANModel:
         self.set_data(X, y, s)
-        sched = self.cfg.schedule()
+        sched, name = self.cfg.schedule_named()
         B = sched["batch_size"]
         per_epoch = math.ceil(len(X) / B)
+        ae_cost, it1_cost, it2_cost = self.costs(X, y, s, B)
         ae_step = gan.Graphed(lambda: self.pretrain_step(B), self.ens)
-        phases = [(sched["phase1_epochs"], 0.0, 0.0), (sched["phase2_epochs"], self.cfg.lambda_, self.cfg.mu)]
-        total = sum(e for e, _, _ in phases) * per_epoch
-        # the first phase's ETA is its own: its line says how much work follows it
-        gan.train_loop(sched["pretrain_epochs"] * per_epoch, lambda i: ae_step(),
-                       f"{description} autoencoder (then {total:,} GAN iterations)")
         steps = {}  # (lambda, mu) -> the phase's iteration (one CUDA graph per phase on a GPU)
 
-        def one(i):
-            e1 = phases[0][0] * per_epoch
-            lam, mu = (0.0, 0.0) if i < e1 else (phases[1][1], phases[1][2])
-            if (lam, mu) not in steps:
-                steps[lam, mu] = gan.Graphed(lambda: self.iteration(B, lam, mu), self.ens)
-            steps[lam, mu]()
+        def gan_step(lam, mu):
+            def one(i):
+                if (lam, mu) not in steps:
+                    steps[lam, mu] = gan.Graphed(lambda: self.iteration(B, lam, mu), self.ens)
+                steps[lam, mu]()
+            return one
 
+        phases = [gan.Phase("autoencoder steps", sched["pretrain_epochs"] * per_epoch, lambda i: ae_step(), ae_cost),
+                  gan.Phase("GAN iterations (phase 1)", sched["phase1_epochs"] * per_epoch, gan_step(0.0, 0.0),
+                            it1_cost),
+                  gan.Phase("GAN iterations (phase 2)", sched["phase2_epochs"] * per_epoch,
+                            gan_step(self.cfg.lambda_, self.cfg.mu), it2_cost)]
+        gan.announce(description, phases, name)
         self.G.train()
-        gan.train_loop(total, one, f"{description} GAN (the last phase)")
+        gan.train_phases(phases, description)
         return self
 
     @torch.no_grad()
@@ -463,6 +484,9 @@ variants(FairGANGenerator, __name__,
 class LRRealConfig:
     max_iter: int = field(metadata=bounds(ge=1))
     ber_eval: Literal["same"]
+    # accepted and ignored: Tables 6.1 / 6.2 pin `algo.schedule: paper` for the GANs they sweep with this one
+    # (privfair_cli/runid.py leaves the key at paper out of a run's identity)
+    schedule: Literal["default", "paper"] = "paper"
 
 
 class _RealClassifier(Plugin):

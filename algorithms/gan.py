@@ -48,6 +48,7 @@ API (all tensors on one device, float32):
 from __future__ import annotations
 
 import math
+import time
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -80,6 +81,7 @@ class FairGANKeys:
     threads."""
 
     profile: Literal["full", "fast", "smoke"]
+    schedule: Literal["default", "paper"]
     batch_size: int = field(metadata=bounds(ge=2))
     noise_dim: int = field(metadata=bounds(ge=1))
     d_hidden: list[int] = field(metadata=bounds(ge=1))
@@ -428,6 +430,80 @@ def train_loop(total: int, step_fn, description: str, unit: str = "iterations", 
             info = step_fn(i)
             if (i + 1) % every == 0 or i + 1 == total:
                 bar.update(i + 1, info or "")
+
+
+# -- schedules, whole-run progress and the first-line estimate ----------------------------------------------------
+LONG_RUN_S = 300.0  # a training estimated above this says so before it starts
+
+
+def resolve_schedule(cfg, own: dict[str, int], paper: dict[str, int], default: dict[str, int],
+                     profiles: dict[str, dict[str, int]]) -> tuple[dict[str, int], str]:
+    """The schedule a GAN config trains (its keys -> values) and its name: a named `profile` other than `full`
+    (fast, smoke) replaces the configured values; else `schedule: default` replaces them by `default` (the
+    <= 5-minute schedule) while they are the paper's (`paper`), so epochs a user sets are kept; `schedule: paper`
+    trains the configured values (the spec's unless changed)."""
+    if cfg.profile in profiles:
+        return own | profiles[cfg.profile], cfg.profile
+    if own == paper:
+        return (dict(default), "default") if cfg.schedule == "default" else (dict(own), "paper")
+    return dict(own), "configured"
+
+
+@dataclass
+class Phase:
+    """`steps` calls of `fn(i)` (i within the phase), each estimated at `cost` seconds (`calibrate`)."""
+
+    name: str
+    steps: int
+    fn: object
+    cost: float
+
+
+def calibrate(step, n: int = 3, warm: int = 1, device: torch.device | None = None) -> float:
+    """Seconds per call of `step()` (a step of a throwaway model: never the trained one, whose random streams
+    and state must not move), the mean of `n` calls after `warm`."""
+    sync = torch.cuda.synchronize if device is not None and device.type == "cuda" else (lambda: None)
+    for _ in range(warm):
+        step()
+    sync()
+    t0 = time.perf_counter()
+    for _ in range(n):
+        step()
+    sync()
+    return max((time.perf_counter() - t0) / n, 1e-6)
+
+
+def _duration(seconds: float) -> str:
+    seconds = int(round(seconds))
+    h, m = divmod(seconds // 60, 60)
+    return f"{h} h {m:02d} min" if h else (f"{m} min {seconds % 60:02d} s" if m else f"{seconds} s")
+
+
+def announce(description: str, phases: list[Phase], schedule: str, switch: str = "algo.schedule=default") -> float:
+    """Print one line before training when the phases are estimated to take longer than LONG_RUN_S (the
+    estimate, the schedule and the key for the short one); returns the estimate in seconds."""
+    estimate = sum(p.steps * p.cost for p in phases)
+    if estimate > LONG_RUN_S:
+        steps = ", ".join(f"{p.steps:,} {p.name}" for p in phases if p.steps)
+        hint = f"; {switch} trains the <= 5-minute schedule" if schedule != "default" else ""
+        print(f"{description}: the {schedule} schedule ({steps}) is estimated at {_duration(estimate)} of training "
+              f"on this machine (from timed steps){hint}", flush=True)
+    return estimate
+
+
+def train_phases(phases: list[Phase], description: str, every: int = 50) -> None:
+    """Run the phases in order under one progress bar for the whole training: progress is each phase's steps
+    weighted by its estimated cost, so the ETA covers every phase (not only the current one)."""
+    total = sum(p.steps * p.cost for p in phases) or 1.0
+    with progress.Bar(100, f"{description} training", unit="%", transient=True) as bar:
+        before = 0.0
+        for p in phases:
+            for i in range(p.steps):
+                p.fn(i)
+                if (i + 1) % every == 0 or i + 1 == p.steps:
+                    bar.update(min(100, int(100 * (before + (i + 1) * p.cost) / total)),
+                               f"{p.name} {i + 1:,}/{p.steps:,}")
+            before += p.steps * p.cost
 
 
 class Graphed:

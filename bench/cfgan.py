@@ -60,6 +60,14 @@ def model(g, V, name: str, E: int = 1, seed: int = 0) -> CFGANModel:
     return m
 
 
+def step_flops(m: CFGANModel, lam: float, B: int = 256) -> float:
+    from torch.utils.flop_counter import FlopCounterMode
+
+    with FlopCounterMode(display=False) as counter:
+        m.step(B, lam)
+    return counter.get_total_flops()
+
+
 class NodeLoop(CFGANModel):
     """Baseline: the same networks evaluated one node at a time (one batched matmul per node and layer)."""
 
@@ -74,16 +82,23 @@ def main() -> None:
     V = data(g)
     print(f"load average: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores (figures measured loaded are "
           f"inflated by other jobs; CPU times are the better guide)")
-    one, five = {}, {}
+    from bench.fairgan import gemm_rate
+
+    rate = gemm_rate()
+    print(f"GEMM rate, (100 x 256) @ (256 x 128), one thread: {rate / 1e9:.0f} GFLOP/s")
+    one, five, floor = {}, {}, {}
     for name in NAMES:
         lam = 0.0 if name == "causalgan" else 1.0
         reps = 10 if name == "ce" else 30
-        wall = per_step([model(g, V, name)], lam, reps)
+        m1 = model(g, V, name)
+        wall = per_step([m1], lam, reps)
         one[name] = CPU["last"]
+        floor[name] = step_flops(m1, lam) / rate
         wall5 = per_step([model(g, V, name, 5)], lam, max(3, reps // 3))
         five[name] = CPU["last"]
         print(f"{NAMES[name]}: one step at batch 256, 1 seed: {wall * 1e3:.1f} ms wall, {one[name] * 1e3:.1f} ms CPU "
-              f"(spec estimate 10-20 ms); 5 seeds batched: {five[name] * 1e3:.1f} ms CPU = "
+              f"= {one[name] / floor[name]:.1f}x its matmul-FLOP floor {floor[name] * 1e3:.2f} ms (goal <= 1.5x; spec "
+              f"estimate 10-20 ms); 5 seeds batched: {five[name] * 1e3:.1f} ms CPU = "
               f"{five[name] / one[name]:.2f}x one seed ({wall5 * 1e3:.1f} ms wall)")
     loop = NodeLoop(g, registry.make("cfgan_te").cfg, 1, "cpu", 0)
     loop.V = torch.tensor(V, dtype=torch.float32)
@@ -109,6 +124,14 @@ def main() -> None:
           f"privfair_cli.seedbatch), one core: {both / 3600:.2f} h; on the 2 cores (two models at a time): "
           f"~{both / 2 / 3600:.2f} h (issue target: under 1 h: ratio {both / 2 / 3600:.2f}); as 5 single-seed runs "
           f"per model (the baseline): {solo / 3600:.2f} h on one core, ~{solo / 2 / 3600:.2f} h on two")
+    from privfair_cli.algorithms.cfgan import DEFAULT, DEFAULT_CE
+
+    lines = []
+    for n in NAMES:
+        d = DEFAULT_CE if n == "ce" else DEFAULT
+        t = (one["causalgan"] * d["warmup_epochs"] + one[n] * d["fair_epochs"]) * per_epoch
+        lines.append(f"{NAMES[n]} {t / 60:.1f} min")
+    print("one run at the default schedule (10 + 20 epochs; CE 5 + 10), extrapolated: " + ", ".join(lines))
     if os.environ.get("CFGAN_BENCH_FULL") == "1":
         t0 = time.perf_counter()
         fast = dataclasses.replace(cfg, profile="fast")

@@ -38,6 +38,9 @@ ADDED: dict[tuple[str, ...], float | str | None] = {
     ("algo", "accounting"): "rdp",  # DP-SGD family: the RDP accountant with budget.rdp_conversion
     # DP-SGD family: `auto` as the thesis' values (the GAN families' `profile` is full | fast | smoke, never paper)
     ("algo", "profile"): "paper",
+    # FairGAN / CFGAN families: `schedule: paper` trains the configured epochs (the default trains a short schedule);
+    # the experiments pin paper, also for the real-data and baseline plugins they sweep with the GANs (which ignore it)
+    ("algo", "schedule"): "paper",
     ("data", "unlabelled_size"): "auto",  # every card: a card without the key had no pool (auto derives it)
     # every card: the options of the views derived on demand (datasets/views.py), which no run derived before
     ("data", "views", "enumerable", "cells"): "auto",
