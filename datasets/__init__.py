@@ -276,7 +276,7 @@ def load(card: dict, rng: np.random.Generator | None = None) -> Table:
         from privfair_cli.datasets import tabular
 
         raw = getattr(module, "read", tabular.read)(paths, card)
-        table = _with_row_ids(getattr(module, "encode", encode)(raw, card))
+        table = _with_row_ids(getattr(module, "encode", tabular.encode)(raw, card))  # groups in meta (tabular)
         with contextlib.suppress(TypeError):  # a table holding what store.py cannot write safely is not cached
             write_cache(cache, lambda f: store.save(table, f))
     check_rows(table, card)

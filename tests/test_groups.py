@@ -236,6 +236,19 @@ def test_a_run_on_adults_five_races_reports_saves_and_agrees_with_fairlearn(tmp_
     assert m["positive_rate_gap[race]"] == pytest.approx(frame.difference()["positive_rate"])
 
 
+@needs_data("compas")
+def test_a_card_with_its_own_reader_carries_every_group_of_another_attribute():
+    """COMPAS's loader reads its own files; the group-aware encoding still applies: data.sensitive=Race gives its
+    six coded races (the card's privileged Female is Sex's, so the reference is the largest race)."""
+    from privfair_cli.config import load_card
+
+    table = data_lib.load(load_card("compas") | {"sensitive": "Race", "privileged": None})
+    groups = evaluate.groups_of(table)
+    assert groups.attribute == "Race" and len(groups.labels) == 6
+    sizes = np.bincount(groups.codes, minlength=6)
+    assert groups.reference == int(np.argmax(sizes)) and (table.s == (groups.codes == groups.reference)).all()
+
+
 # ------------------------------------------------------------------------------------------ report and plot
 def write_runs(root, eps_values=(1.0, 10.0), seeds=(0, 1, 2)):
     """Runs of one algorithm on fake five-group predictions, whose group gaps shrink as eps grows."""
