@@ -46,6 +46,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from privfair_cli import progress
 from privfair_cli.algorithms import kamiran_calders
 from privfair_cli.errors import DataError
 from privfair_cli.memo import Memo
@@ -101,13 +102,15 @@ def train_mlp(X: np.ndarray, y: np.ndarray, cfg: AFAConfig, seed: int, device: s
     opt = torch.optim.Adam(model.parameters(), lr=cfg.lr, betas=(cfg.beta1, 0.999), weight_decay=cfg.weight_decay)
     loss_fn = nn.CrossEntropyLoss()
     n = len(yt)
-    for _ in range(cfg.epochs):
-        perm = torch.randperm(n, generator=gen).to(device)
-        for start in range(0, n, cfg.batch_size):
-            idx = perm[start:start + cfg.batch_size]
-            opt.zero_grad()
-            loss_fn(model(Xt[idx]), yt[idx]).backward()
-            opt.step()
+    with progress.Bar(cfg.epochs, "attacked model", unit="epochs", transient=True) as bar:  # a line / 30 s in logs
+        for _ in range(cfg.epochs):
+            perm = torch.randperm(n, generator=gen).to(device)
+            for start in range(0, n, cfg.batch_size):
+                idx = perm[start:start + cfg.batch_size]
+                opt.zero_grad()
+                loss_fn(model(Xt[idx]), yt[idx]).backward()
+                opt.step()
+            bar.advance()
     model.eval()
     for p in model.parameters():
         p.requires_grad_(False)
@@ -175,24 +178,26 @@ def lowprofool(model, x: torch.Tensor, v: torch.Tensor, lo: torch.Tensor, hi: to
     best, best_norm = x.clone(), torch.full((len(x),), float("inf"), device=x.device)
     found = torch.zeros(len(x), dtype=torch.bool, device=x.device)
     xp = _clip(x + r, lo, hi)
-    for it in range(max_iter + 1):
-        r = r.detach().requires_grad_(True)
-        xp = _clip(x + r, lo, hi)
-        g = model(xp)
-        if it:
+    with progress.Bar(max_iter, f"LowProFool on {len(x)} rows", unit="iterations", transient=True) as bar:
+        for it in range(max_iter + 1):
+            bar.update(it)
+            r = r.detach().requires_grad_(True)
+            xp = _clip(x + r, lo, hi)
+            g = model(xp)
+            if it:
+                with torch.no_grad():
+                    wn = (r * v).abs().sum(1)
+                    better = (g.argmax(1) != c) & (wn < best_norm)
+                    best[better], best_norm[better] = xp[better], wn[better]
+                    found |= better
+            if it == max_iter:
+                break
+            p = torch.softmax(g, 1).clamp(1e-7, 1 - 1e-7)
+            bce = -(target * p.log() + (1 - target) * (1 - p).log()).mean(1)
+            loss = bce + lam * ((r * v) ** 2).sum(1).clamp_min(1e-24).sqrt()
+            (grad,) = torch.autograd.grad(loss.sum(), r)
             with torch.no_grad():
-                wn = (r * v).abs().sum(1)
-                better = (g.argmax(1) != c) & (wn < best_norm)
-                best[better], best_norm[better] = xp[better], wn[better]
-                found |= better
-        if it == max_iter:
-            break
-        p = torch.softmax(g, 1).clamp(1e-7, 1 - 1e-7)
-        bce = -(target * p.log() + (1 - target) * (1 - p).log()).mean(1)
-        loss = bce + lam * ((r * v) ** 2).sum(1).clamp_min(1e-24).sqrt()
-        (grad,) = torch.autograd.grad(loss.sum(), r)
-        with torch.no_grad():
-            r = budget((r - alpha * grad) * mask, eps, eps_norm)
+                r = budget((r - alpha * grad) * mask, eps, eps_norm)
     xp = xp.detach()
     out = torch.where(found[:, None], best, xp)
     return out, found
