@@ -165,6 +165,11 @@ class CFGANModel:
         self.opt_g = gan.adam(self.layers, cfg.lr, betas=betas)
         self.opt_d = gan.adam(self.d_modules, cfg.lr, betas=betas)
         self.g_params, self.d_params = self.opt_g.params, self.opt_d.params
+        self.seed = seed
+
+    def state_tensors(self) -> list[torch.Tensor]:
+        """Every tensor training changes (parameters and Adam's state): a checkpoint."""
+        return [*self.opt_g.params, *self.opt_d.params, *gan.optimiser_state([self.opt_g, self.opt_d])]
 
     def _set_levels(self, levels: list[list[int]]) -> None:
         """The groups of nodes evaluated together (each a topological level, in order) and their per-level
@@ -318,7 +323,10 @@ class CFGANModel:
             phases = [gan.Phase("warm-up steps", warm, one, warm_cost),
                       gan.Phase("fair steps", total - warm, lambda i: one(warm + i), fair_cost)]
             gan.announce(description, phases, name)
-            gan.train_phases(phases, description)
+            key = (f"cfgan|{self.cfg!r}|{self.g.nodes}|{self.ens.E}|{self.seed}|{sched}|{self.ens.device}|"
+                   f"{hashlib.sha1(np.ascontiguousarray(V, np.float32).tobytes()).hexdigest()}")
+            gan.train_phases(phases, description, checkpoint=gan.Checkpoint(
+                key, self.state_tensors(), self.ens.generators + self.node_ens.generators))
         else:
             for i in range(total):
                 one(i)

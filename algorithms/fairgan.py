@@ -235,6 +235,13 @@ class FairGANModel:
         self.opt_d = gan.adam(self.d_modules, cfg.lr, cfg.weight_decay)
         self.opt_g = gan.adam(self.g_modules, cfg.lr, cfg.weight_decay)
         self.d_params, self.g_params, self.ae_params = self.opt_d.params, self.opt_g.params, self.opt_ae.params
+        self.seed = seed
+
+    def state_tensors(self) -> list[torch.Tensor]:
+        """Every tensor training changes (parameters, batch-norm running statistics, Adam's state): a checkpoint."""
+        params = [*self.opt_ae.params, *self.opt_d.params, *self.opt_g.params]
+        return params + [t for bn in self.G.norms for t in (bn.mean, bn.var)] + gan.optimiser_state(
+            [self.opt_ae, self.opt_d, self.opt_g])
 
     # -- data
     def set_data(self, X: np.ndarray, y: np.ndarray, s: np.ndarray) -> None:
@@ -373,7 +380,11 @@ class FairGANModel:
                             gan_step(self.cfg.lambda_, self.cfg.mu), it2_cost)]
         gan.announce(description, phases, name)
         self.G.train()
-        gan.train_phases(phases, description)
+        data = hashlib.sha1(np.ascontiguousarray(X).tobytes() + np.asarray(y).tobytes() + np.asarray(s).tobytes())
+        key = (f"fairgan|{self.cfg!r}|{self.groups}|{self.ens.E}|{self.seed}|{sched}|{self.ens.device}|"
+               f"{data.hexdigest()}")
+        gan.train_phases(phases, description, checkpoint=gan.Checkpoint(key, self.state_tensors(),
+                                                                         self.ens.generators))
         return self
 
     @torch.no_grad()

@@ -48,6 +48,7 @@ API (all tensors on one device, float32):
 from __future__ import annotations
 
 import math
+import os
 import time
 import warnings
 from collections.abc import Sequence
@@ -491,18 +492,87 @@ def announce(description: str, phases: list[Phase], schedule: str, switch: str =
     return estimate
 
 
-def train_phases(phases: list[Phase], description: str, every: int = 50) -> None:
+CHECKPOINT_EVERY_S = 180.0  # seconds of training between two checkpoints (PRIVFAIR_CHECKPOINT_S overrides it)
+
+
+class Checkpoint:
+    """The state of a training (`tensors`: parameters, running statistics, optimiser moments and step counters;
+    `generators`: the seeded random streams) saved into the enclosing `progress.checkpoints` folder at most every
+    `every` seconds, with the phase and step reached; `load()` restores the latest one saved under the same `key`
+    (the config, the data, the seeds and the schedule), so training resumes where it stopped and ends as an
+    uninterrupted run does, bit for bit on a CPU. Outside a `checkpoints` block (tests, benchmarks) nothing is
+    saved or loaded."""
+
+    def __init__(self, key: str, tensors: list[torch.Tensor], generators: list[torch.Generator],
+                 every: float | None = None):
+        import hashlib
+
+        folder = progress.checkpoint_dir()
+        self.key = key
+        self.path = folder / f"gan-{hashlib.sha1(key.encode()).hexdigest()[:16]}.pt" if folder else None
+        self.tensors, self.generators = tensors, generators
+        self.every = float(os.environ.get("PRIVFAIR_CHECKPOINT_S", CHECKPOINT_EVERY_S)) if every is None else every
+        self.last = time.perf_counter()
+
+    def load(self) -> tuple[int, int] | None:
+        """(phase, step) to continue from, with the state restored, or None (no checkpoint of this training)."""
+        if self.path is None or not self.path.exists():
+            return None
+        try:
+            blob = torch.load(self.path, map_location="cpu", weights_only=True)
+        except Exception:  # a torn or foreign file: train from the start
+            return None
+        if blob.get("key") != self.key or len(blob["tensors"]) != len(self.tensors):
+            return None
+        with torch.no_grad():
+            for t, saved in zip(self.tensors, blob["tensors"], strict=True):
+                t.copy_(saved)
+        for g, state in zip(self.generators, blob["generators"], strict=True):
+            g.set_state(state)
+        return int(blob["phase"]), int(blob["step"])
+
+    def maybe_save(self, phase: int, step: int) -> None:
+        if self.path is not None and time.perf_counter() - self.last >= self.every:
+            self.save(phase, step)
+
+    def save(self, phase: int, step: int) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        blob = {"key": self.key, "phase": phase, "step": step,
+                "tensors": [t.detach().cpu().clone() for t in self.tensors],
+                "generators": [g.get_state() for g in self.generators]}
+        tmp = self.path.with_suffix(f".tmp{os.getpid()}")
+        torch.save(blob, tmp)
+        os.replace(tmp, self.path)  # a checkpoint is whole or absent
+        self.last = time.perf_counter()
+
+
+def optimiser_state(optimisers: list[LeanAdam]) -> list[torch.Tensor]:
+    """The tensors of LeanAdam optimisers a checkpoint holds: moments and step counters."""
+    return [t for opt in optimisers for t in (*opt.exp_avg, *opt.exp_avg_sq, opt.steps)]
+
+
+def train_phases(phases: list[Phase], description: str, every: int = 50, checkpoint: Checkpoint | None = None) -> None:
     """Run the phases in order under one progress bar for the whole training: progress is each phase's steps
-    weighted by its estimated cost, so the ETA covers every phase (not only the current one)."""
+    weighted by its estimated cost, so the ETA covers every phase (not only the current one). With a `checkpoint`,
+    training starts where its last checkpoint stopped and saves one every few minutes (at a multiple of `every`
+    steps)."""
     total = sum(p.steps * p.cost for p in phases) or 1.0
+    start = checkpoint.load() if checkpoint is not None else None
+    k0, i0 = start if start is not None else (0, 0)
     with progress.Bar(100, f"{description} training", unit="%", transient=True) as bar:
+        if start is not None:
+            done = sum(p.steps * p.cost for p in phases[:k0]) + i0 * phases[min(k0, len(phases) - 1)].cost
+            bar.log(f"{description}: resuming from its checkpoint at {int(100 * done / total)}% of training "
+                    f"({phases[min(k0, len(phases) - 1)].name} {i0:,})")
         before = 0.0
-        for p in phases:
-            for i in range(p.steps):
+        for k, p in enumerate(phases):
+            for i in range(i0 if k == k0 else 0, p.steps) if k >= k0 else ():
                 p.fn(i)
                 if (i + 1) % every == 0 or i + 1 == p.steps:
                     bar.update(min(100, int(100 * (before + (i + 1) * p.cost) / total)),
                                f"{p.name} {i + 1:,}/{p.steps:,}")
+                    if checkpoint is not None:
+                        checkpoint.maybe_save(k, i + 1)
             before += p.steps * p.cost
 
 

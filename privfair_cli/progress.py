@@ -11,12 +11,36 @@ in-process sweep shows a second, transient bar under the sweep's.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
 import sys
 import time
+from pathlib import Path
 
 MODES = ("auto", "rich", "plain", "off")
 _live = None  # the rich Progress on screen, shared by nested bars
+_checkpoint_dir: Path | None = None  # where long training checkpoints (`checkpoints`), None: nowhere
+
+
+@contextlib.contextmanager
+def checkpoints(path):
+    """Long training inside the block (the GAN trainers, `algorithms.gan.Checkpoint`) checkpoints into the folder
+    `path` every few minutes and resumes from what it finds there; the folder is removed when the block ends
+    without an error (the run is complete), and kept when it raises (SIGTERM, Ctrl-C, a failure) for the next
+    attempt of the same run."""
+    global _checkpoint_dir
+    previous, _checkpoint_dir = _checkpoint_dir, Path(path)
+    try:
+        yield
+    finally:
+        _checkpoint_dir = previous
+    shutil.rmtree(path, ignore_errors=True)  # reached only when the block completed
+
+
+def checkpoint_dir() -> Path | None:
+    """The folder of the enclosing `checkpoints` block, None outside one."""
+    return _checkpoint_dir
 
 
 def mode() -> str:

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
-from privfair_cli import __version__, evaluate, registry, results, runid, schema, seedbatch
+from privfair_cli import __version__, evaluate, progress, registry, results, runid, schema, seedbatch
 from privfair_cli import datasets as data_lib
 from privfair_cli.errors import DataError, RunFolderTaken, TrainingFailed
 from privfair_cli.privacy import Budget, NoiseSource, PrivacyLedger, to_json
@@ -131,6 +131,9 @@ def premise_warnings(ledger: PrivacyLedger, n_train: int) -> list[str]:
     return out
 
 
+CHECKPOINTS = ".checkpoint"  # a run folder's checkpoints of long training (progress.checkpoints)
+
+
 def run(cfg: DictConfig, run_dir: Path, log=print, overrides: list[str] | None = None, draw=None) -> dict:
     """Validate, then resume or run into a staged attempt swapped in only when complete (results.Attempt). A run
     that raises records why in `failed.json` beside any complete result of the same config, which stays."""
@@ -139,7 +142,8 @@ def run(cfg: DictConfig, run_dir: Path, log=print, overrides: list[str] | None =
         rc = schema.validate(cfg)
         record = stored_result(run_dir, cfg, rc.overwrite, log)
         if record is None:
-            with results.Attempt(run_dir) as attempt:
+            # long training checkpoints beside the attempt (which is removed on exit), kept until the run commits
+            with results.Attempt(run_dir) as attempt, progress.checkpoints(run_dir / CHECKPOINTS):
                 record = compute(rc, attempt.artifacts, log, draw)
                 attempt.commit(OmegaConf.to_yaml(cfg, resolve=True), record, overrides)
         return record

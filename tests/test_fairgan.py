@@ -290,3 +290,45 @@ def test_calibration_and_phases_leave_training_bit_identical(capsys, monkeypatch
                     b.opt_g.params + b.opt_d.params + b.opt_ae.params, strict=True):
         assert torch.equal(p, q)
     assert "probe-test: the configured schedule" in capsys.readouterr().out
+
+
+class _Stop(Exception):
+    pass
+
+
+def test_interrupted_training_resumes_from_its_checkpoint_to_the_same_model(tmp_path, monkeypatch, capsys):
+    """Inside `progress.checkpoints`, a training stopped part-way (here: an exception in phase 2, as SIGTERM
+    raises one) resumes from its last checkpoint in a fresh process-like model of the same run and ends with the
+    uninterrupted model's parameters, bit for bit; the folder is removed once a block completes."""
+    from privfair_cli import progress
+
+    data = s_dependent(3000)
+    cfg = registry.make("fairgan_plus_dp", **SMALL).cfg
+    enc = fairgan.encoding_of(data)
+    X = enc.onehot(data.frame)
+    with torch_threads(1):
+        whole = fairgan.FairGANModel(cfg, enc.sizes, 1, "cpu", 5).fit(X, data.y, data.s)
+        monkeypatch.setattr(gan, "CHECKPOINT_EVERY_S", 0.0)  # a checkpoint at every chance (every 50 steps)
+        folder = tmp_path / ".checkpoint"
+        calls = {"n": 0}
+        original = fairgan.FairGANModel.iteration
+
+        def stopping(self, *a):
+            calls["n"] += 1
+            if calls["n"] == 6 + 60 + 55:  # 6 timing calls, phase 1's 60 iterations, then phase 2's 55th: the last
+                raise _Stop               # checkpoint is phase 2's step 50, so training resumes mid-phase
+                raise _Stop
+            return original(self, *a)
+
+        with pytest.raises(_Stop), progress.checkpoints(folder):
+            monkeypatch.setattr(fairgan.FairGANModel, "iteration", stopping)
+            fairgan.FairGANModel(cfg, enc.sizes, 1, "cpu", 5).fit(X, data.y, data.s)
+        assert list(folder.glob("gan-*.pt"))  # kept for the next attempt
+        monkeypatch.setattr(fairgan.FairGANModel, "iteration", original)
+        capsys.readouterr()
+        with progress.checkpoints(folder):
+            resumed = fairgan.FairGANModel(cfg, enc.sizes, 1, "cpu", 5).fit(X, data.y, data.s)
+        assert not folder.exists()
+        assert "resuming from its checkpoint at" in capsys.readouterr().out  # mid-phase: GAN iterations (phase 2) 50
+    for p, q in zip(whole.state_tensors(), resumed.state_tensors(), strict=True):
+        assert torch.equal(p, q)
