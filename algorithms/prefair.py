@@ -317,8 +317,10 @@ COMPRESSION_SIGMAS = 3
 
 
 def histograms(X: np.ndarray, domain: list[int], cliques) -> list[np.ndarray]:
-    """Count tables of the attribute sets `cliques` of the coded table X."""
-    return [core_metrics.contingency(X[:, list(c)], tuple(domain[i] for i in c)) for c in cliques]
+    """Count tables of the attribute sets `cliques` of the coded table X. The table is transposed once, so each
+    clique's columns are read contiguously: gathering them out of KDD's 42-wide rows took 5x longer than counting."""
+    columns = np.ascontiguousarray(X.T)
+    return [core_metrics.contingency(columns[list(c)].T, tuple(domain[i] for i in c)) for c in cliques]
 
 
 @dataclass

@@ -142,20 +142,21 @@ class TreeModel:
     def sample(self, rows: int, rng: np.random.Generator) -> np.ndarray:
         d = len(self.domain)
         order, parent = tree_order(d, self.edges)
-        out = np.zeros((rows, d), dtype=np.int64)
+        out = np.zeros((d, rows), dtype=np.int64)  # attribute-major while drawing; returned as rows x attributes
         root = order[0]
         counts = alloc(self.nodes[root][None, :], np.array([rows]), rng)[0]
-        out[:, root] = rng.permutation(np.repeat(np.arange(self.domain[root]), counts))
+        out[root] = rng.permutation(np.repeat(np.arange(self.domain[root]), counts))
         for j in order[1:]:
             a = parent[j]
-            pa = out[:, a]
+            pa = out[a]
             sizes = np.bincount(pa, minlength=self.domain[a])
             counts = alloc(self.tables[(a, j)], sizes, rng)
             codes = np.repeat(np.tile(np.arange(self.domain[j]), self.domain[a]), counts.ravel())
             perm = rng.permutation(rows)
-            rows_sorted = perm[np.argsort(pa[perm], kind="stable")]
-            out[rows_sorted, j] = codes
-        return out
+            key = pa[perm].astype(np.int16) if self.domain[a] <= np.iinfo(np.int16).max else pa[perm]
+            rows_sorted = perm[np.argsort(key, kind="stable")]  # stable: the same order at any width (int16: radix)
+            out[j, rows_sorted] = codes
+        return out.T
 
     def marginal(self, i: int, j: int) -> np.ndarray:
         """Model marginal of an edge (i, j) as probabilities, axes in the order (i, j)."""

@@ -295,12 +295,21 @@ REF_CODE_ACD_DIVISOR = 2
 
 def contingency(codes: np.ndarray, shape: tuple[int, ...], weights=None, dtype=float) -> np.ndarray:
     """Counts (with `weights`: summed weights) of every cell of the table of `codes` (n x k integer codes, column j
-    in 0..shape[j]-1), as an array of `shape` and `dtype`: one bincount over the mixed-radix (`np.ravel_multi_index`)
-    index, the first column most significant; k = 0 gives the one-cell total. The one place privfair counts rows
-    per cell of a joint domain."""
+    in 0..shape[j]-1), as an array of `shape` and `dtype`: one bincount over the mixed-radix index (the first column
+    most significant, as `np.ravel_multi_index`, which took 7x longer than Horner's rule on 300k rows); k = 0 gives
+    the one-cell total. A code outside its column's range is a ValueError. The one place privfair counts rows per
+    cell of a joint domain."""
     codes, shape = np.asarray(codes), tuple(int(c) for c in shape)
-    idx = (np.ravel_multi_index(tuple(codes[:, j] for j in range(codes.shape[1])), shape) if shape
-           else np.zeros(len(codes), np.intp))
+    idx = np.zeros(len(codes), np.intp)
+    for j, size in enumerate(shape):
+        col = codes[:, j]
+        if len(col) and (col.min() < 0 or col.max() >= size):
+            raise ValueError(f"contingency: column {j} holds codes outside 0..{size - 1}")
+        if j:
+            idx *= size
+            idx += col
+        else:
+            idx = col.astype(np.intp)
     cells = int(np.prod(shape, dtype=np.float64))
     return np.bincount(idx, weights, minlength=cells).astype(dtype, copy=False).reshape(shape)
 
