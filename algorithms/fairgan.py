@@ -20,6 +20,11 @@ A term whose weight is 0 (D2 / D3 in phase 1) is not evaluated: its gradient is 
 zero-gradient Adam step (only the L2 decay moves their weights), as when the term was computed and multiplied by 0.
 `profile: full` runs the epochs of the config (the spec's 200 / 2000 / 2000 at batch 100); `fast` is spec §11's
 CPU profile (batch 500, 50 / 150 / 150 epochs); `smoke` is 5 epochs per phase at batch 100 (tests, CI).
+`schedule: default` (the configs' default, not the spec's: issue 47 asks a default run to finish within about 5
+minutes on 2 CPU cores) trains `DEFAULT` (batch 500, 20 AE + 25 + 25 epochs) while the configured epochs are the
+spec's; `schedule: paper` trains the configured epochs (Tables 6.1 / 6.2 pin it). Training is timed on a
+throwaway model first (an estimate over 5 minutes is printed before training), runs under one progress bar for all
+phases, and checkpoints / resumes through `gan.Checkpoint` (same model as an uninterrupted run on a CPU).
 
 Metrics (spec §7, the published keys; computed by evaluate.py, metric sets `fair_data` for the generators, `rd_clf`
 and `real_data` for the classifiers; every group rate through `metrics.GroupRates`): `rd_data` (the released

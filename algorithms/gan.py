@@ -37,6 +37,16 @@ API (all tensors on one device, float32):
 - `batches(ens, n, batch)`: `(E, batch)` row indices, an independent uniform draw per member.
 - `train_loop(total, step, description, unit="iterations")`: calls `step(i)` for i < total under the project's
   progress bar (`privfair_cli.progress`); `step` may return a short info string.
+- Schedules and long runs (issue 47): `resolve_schedule(cfg, own, paper, default, profiles)`: the epochs a config
+  trains (`schedule: default` replaces the paper's epochs by a short default schedule, `paper` keeps the configured
+  ones, a `profile` fast / smoke replaces both). `calibrate(step)`: seconds per step of a throwaway model.
+  `Phase(name, steps, fn, cost)`, `announce(description, phases, schedule)`: one line before training when the
+  estimate exceeds `LONG_RUN_S` (5 minutes). `train_phases(phases, description, checkpoint=...)`: every phase under
+  one progress bar weighted by the estimated costs, so its ETA covers the whole training. `Checkpoint(key, tensors,
+  generators)`: inside `progress.checkpoints(folder)` (the runner's `<run folder>/.checkpoint/`), the training's
+  tensors and generator states saved every `CHECKPOINT_EVERY_S` seconds and restored by the next attempt of the
+  same training, which then ends as the uninterrupted one does (bit for bit on a CPU; on CUDA the graph replays
+  draw in their own order, so a resumed CUDA run is an equally valid run, not the same numbers).
 - `Graphed(fn, ens)`: on CUDA, `fn()` (a training step: no inputs, no host synchronisation) replayed as one CUDA
   graph: a few eager calls on a side stream, one capture, then replays. A step of these networks is hundreds of
   tiny kernels, so eagerly it is bound by Python's dispatch (`bench.fairgan cuda`); the graph launches them in one
