@@ -37,9 +37,11 @@ def test_theta_matches_a_brute_force_row_correlation_loop():
     rng = np.random.default_rng(0)
     X = rng.integers(0, 3, size=(25, 4)).astype(float)
     X[3] = 1.0  # a zero-variance row: correlated with itself only
+    X[10:14] = X[0]  # copies of one record: kappas forms their row once and weights it by 5
+    X[20] = X[3]  # a second zero-variance row, equal to the first but not correlated with it
     theta = correlated.degree_matrix(X)
     assert np.allclose(theta, brute_theta(X), atol=1e-12)
-    assert np.all(theta[3, np.arange(25) != 3] == 0)
+    assert np.all(theta[3, np.arange(25) != 3] == 0) and theta[0, 10] == pytest.approx(1.0)
     for theta0, absolute in ((0.5, False), (0.9, False), (0.5, True), (-1.0, False)):
         t = brute_theta(X)
         keep = (np.abs(t) if absolute else t) >= theta0

@@ -63,21 +63,26 @@ def threshold(theta: np.ndarray, theta0: float, abs_threshold: bool = False) -> 
 
 def kappas(X: np.ndarray, theta0: float, abs_threshold: bool = False, block: int = BLOCK) -> dict[str, float]:
     """kappa_CS, kappa_GS and the mean |theta_ij| over i != j (the 'data correlation' of Fig. 3.1) of the rows of X,
-    from blocks of Theta."""
+    from blocks of Theta. A record's row of Theta depends only on its values, so equal rows are formed once and
+    weighted by their count (Adult's 36,178 training rows hold about 20,000 distinct ones: 3x fewer entries); one of
+    a row's copies is the record itself, whose theta_ii = 1 replaces the computed value."""
     Xn, _ = normalised_rows(X)
     n = len(Xn)
+    U, counts = np.unique(Xn, axis=0, return_counts=True)
+    w = counts.astype(float)
     cs = gs = 1.0
     total_abs = 0.0
-    for start in range(0, n, block):
-        rows = slice(start, min(n, start + block))
-        t = np.clip(Xn[rows] @ Xn.T, -1.0, 1.0)
-        idx = np.arange(rows.start, rows.stop)
-        t[idx - rows.start, idx] = 1.0
-        total_abs += float(np.abs(t).sum()) - len(idx)
-        keep = (np.abs(t) if abs_threshold else t) >= theta0 - TOL
-        keep[idx - rows.start, idx] = True
-        cs = max(cs, float(np.max(np.sum(np.where(keep, np.abs(t), 0.0), axis=1))))
-        gs = max(gs, float(np.max(np.sum(keep, axis=1))))
+    for start in range(0, len(U), block):
+        rows = np.arange(start, min(len(U), start + block))
+        t = np.clip(U[rows] @ U.T, -1.0, 1.0)
+        a = np.abs(t)
+        keep = (a if abs_threshold else t) >= theta0 - TOL
+        own = a[rows - start, rows]  # the computed |theta_uu| of a copy: the record itself counts 1 instead
+        own_kept = own * keep[rows - start, rows]
+        total_abs += float(w[rows] @ (a @ w - own))
+        np.multiply(a, keep, out=a)
+        cs = max(cs, float(np.max(a @ w - own_kept + 1.0)))
+        gs = max(gs, float(np.max(keep.astype(np.float32) @ w.astype(np.float32) - keep[rows - start, rows] + 1.0)))
     mean_abs = total_abs / (n * (n - 1)) if n > 1 else 0.0
     return {"kappa_cs": cs, "kappa_gs": gs, "mean_abs_corr": mean_abs}
 
