@@ -9,6 +9,9 @@ of L_uu (what an implementation that does not keep the factor pays in every oute
 each, run the way `privfair reproduce --jobs JOBS` runs them (into a temporary folder), wall time per table.
 `make bench` (no argument) runs the 2-run subset: one run of each Titanic table (c = 0, labelled scope), and `wstep`.
 
+`ccp`: a binding OMR w-step of a Titanic and of a Bank run, the convex-concave loop with proximal-Newton subproblems
+against the same loop with cvxpy's conic subproblems (the baseline, measured in this process).
+
 `wstep`: the w-steps of one Titanic run (600 training rows, the Table 5.2 / 5.4 settings), solved by the run's
 `WStep` (the cvxpy problem compiled once, labels and linearisation points re-set as Parameters) against the baseline
 measured in this process: the same solves each built and compiled from scratch (`solve_w`, what every w-step cost
@@ -161,6 +164,48 @@ def _newton_vs_clarabel(name: str, step, problem, labels: list[np.ndarray], newt
           f"Clarabel ({(t2 - t1) / max(t1 - t0, 1e-9):.0f}x); solutions agree to {same:.1e}")
 
 
+def ccp(seed: int = 0) -> None:
+    """A binding OMR w-step (labelled scope, summed covariance: the tables' default) of a Titanic run (600 rows) and
+    of a Bank run (bank-additional-full, 8,000 rows, c = 1): the convex-concave loop with proximal-Newton subproblems
+    (`ccp_solver: newton_qp`) against the baseline in this process, the same loop with cvxpy's conic subproblems
+    (`conic`, compiled once per w-step); CPU seconds, statuses, and how far apart the two w are."""
+    import cvxpy  # noqa: F401  (imported before timing)
+
+    from privfair_cli import datasets, registry, runner, schema
+    from privfair_cli.algorithms import fair_ssl
+    from privfair_cli.config import load_card
+
+    for name, sigma, tau, c in (("titanic/zhang2022_fair_ssl", 0.1, 1.0, 1.0),
+                                ("bank/zhang2022_fair_ssl_additional", 0.5, 0.05, 1.0)):
+        card = schema.validate_card(load_card(name))
+        if not (Path(os.environ.get("PRIVFAIR_DATA_DIR", "")) / card["subdir"]).is_dir():
+            print(f"{name}: dataset folder not found under PRIVFAIR_DATA_DIR, skipped")
+            continue
+        seen = datasets.hide_labels(runner.prepare(card, seed, log=lambda *_: None).train)
+        lab = seen.y >= 0
+        order = np.r_[np.flatnonzero(lab), np.flatnonzero(~lab)]
+        n_l = int(lab.sum())
+        graph = {"sigma": sigma, "sigma_mode": "fixed", "ridge": 1e-8, "max_gb": 6.0}
+        out = {}
+        for solver in ("newton_qp", "conic"):
+            plugin = registry.make("fair_ssl_lr", fairness="omr", c=c, tau=tau, constraint_scope="labeled",
+                                   graph=graph, ccp_solver=solver)
+            plugin._fit_scaler(seen.X[order])
+            X = plugin._standardise(seen.X[order])
+            z = seen.s[order].astype(float)
+            y_l = seen.y[order][:n_l].astype(int)
+            _, g = fair_ssl.factorised_graph(X[:, :-1], n_l, plugin.cfg.graph)
+            y = np.r_[y_l, (g.harmonic(y_l) >= 0.5).astype(int)]
+            t0 = time.process_time()
+            step = fair_ssl.WStep(X, [(X[:n_l], z[:n_l], c)], plugin.cfg)
+            out[solver] = (step.solve(y, [y[:n_l]]), time.process_time() - t0)
+        (qp, t_qp), (conic, t_conic) = out["newton_qp"], out["conic"]
+        apart = float(np.max(np.abs(qp.w - conic.w))) if conic.ok and qp.ok else float("nan")
+        print(f"ccp {card['name']} ({len(y):,} rows, labelled scope, c = {c:g}): newton_qp {t_qp:.1f} s CPU "
+              f"({qp.status}, {qp.iterations} CCP iterations) vs conic {t_conic:.1f} s CPU ({conic.status}, "
+              f"{conic.iterations}): {t_conic / max(t_qp, 1e-9):.1f}x; w apart by {apart:.1e}")
+
+
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] == "titanic":
@@ -169,6 +214,8 @@ def main(argv: list[str] | None = None) -> None:
         health()
     elif argv and argv[0] == "wstep":
         wstep()
+    elif argv and argv[0] == "ccp":
+        ccp()
     else:  # CI: the 2-run subset and the w-step comparison
         titanic(1, ("algo=fair_ssl_lr", "algo.c=0.0", "algo.constraint_scope=labeled"))
         wstep()
