@@ -164,7 +164,7 @@ def _newton_vs_clarabel(name: str, step, problem, labels: list[np.ndarray], newt
           f"Clarabel ({(t2 - t1) / max(t1 - t0, 1e-9):.0f}x); solutions agree to {same:.1e}")
 
 
-def ccp(seed: int = 0) -> None:
+def ccp(seed: int = 0, only: str = "") -> None:
     """A binding OMR w-step (labelled scope, summed covariance: the tables' default) of a Titanic run (600 rows) and
     of a Bank run (bank-additional-full, 8,000 rows, c = 1): the convex-concave loop with proximal-Newton subproblems
     (`ccp_solver: newton_qp`) against the baseline in this process, the same loop with cvxpy's conic subproblems
@@ -177,10 +177,13 @@ def ccp(seed: int = 0) -> None:
 
     for name, sigma, tau, c in (("titanic/zhang2022_fair_ssl", 0.1, 1.0, 1.0),
                                 ("bank/zhang2022_fair_ssl_additional", 0.5, 0.05, 1.0)):
-        card = schema.validate_card(load_card(name))
-        if not (Path(os.environ.get("PRIVFAIR_DATA_DIR", "")) / card["subdir"]).is_dir():
+        raw = load_card(name)
+        if not (Path(os.environ.get("PRIVFAIR_DATA_DIR", "")) / raw["subdir"]).is_dir():
             print(f"{name}: dataset folder not found under PRIVFAIR_DATA_DIR, skipped")
             continue
+        if only and only not in name:
+            continue
+        card = schema.validate_card(raw)
         seen = datasets.hide_labels(runner.prepare(card, seed, log=lambda *_: None).train)
         lab = seen.y >= 0
         order = np.r_[np.flatnonzero(lab), np.flatnonzero(~lab)]
@@ -201,7 +204,7 @@ def ccp(seed: int = 0) -> None:
             out[solver] = (step.solve(y, [y[:n_l]]), time.process_time() - t0)
         (qp, t_qp), (conic, t_conic) = out["newton_qp"], out["conic"]
         apart = float(np.max(np.abs(qp.w - conic.w))) if conic.ok and qp.ok else float("nan")
-        print(f"ccp {card['name']} ({len(y):,} rows, labelled scope, c = {c:g}): newton_qp {t_qp:.1f} s CPU "
+        print(f"ccp {raw['name']} ({len(y):,} rows, labelled scope, c = {c:g}): newton_qp {t_qp:.1f} s CPU "
               f"({qp.status}, {qp.iterations} CCP iterations) vs conic {t_conic:.1f} s CPU ({conic.status}, "
               f"{conic.iterations}): {t_conic / max(t_qp, 1e-9):.1f}x; w apart by {apart:.1e}")
 
@@ -214,8 +217,8 @@ def main(argv: list[str] | None = None) -> None:
         health()
     elif argv and argv[0] == "wstep":
         wstep()
-    elif argv and argv[0] == "ccp":
-        ccp()
+    elif argv and argv[0] == "ccp":  # `ccp titanic` / `ccp bank`: one of the two
+        ccp(only=argv[1] if len(argv) > 1 else "")
     else:  # CI: the 2-run subset and the w-step comparison
         titanic(1, ("algo=fair_ssl_lr", "algo.c=0.0", "algo.constraint_scope=labeled"))
         wstep()
