@@ -94,6 +94,14 @@ Deviations and resolutions (by spec item):
   null = all), so the labelled and test rows stay the same across the sweep; the rows left out are not in the
   graph nor in the standardisation.
 - §8.9: a non-optimal solver status gives N/A cells (NaN metrics) with the status in the warnings.
+- §6 Bank: Table 5.3 runs bank-additional-full (recipe `bank/zhang2022_fair_ssl_additional`: the thesis' 41,188 rows
+  x 20 attributes), z = age <= 25 (the spec's default; the thesis gives no threshold), age itself not a feature;
+  the older `bank_fair_ssl` (bank-full, age a feature) stays for the figure sweeps' records.
+- §8.11 / pseudo-label collapse: the graph is Eq. 5.3 on standardised features (the spec's choice; the seed does not
+  say how features are scaled). On Titanic, sigma = 0.1 leaves 5-10 % of the unlabelled rows at zero degree and
+  21-28 % below 1e-3, and the thresholded harmonic start labels 20-26 % positive (true 37-41 %): the start of the
+  collapse to all-negative pseudo labels. On the card's [0, 1] view the same sigma leaves 0 % / 1 % and labels
+  28-34 % positive (seeds 0-2). Not made the default: nothing in the seed says which scaling it used.
 """
 
 from __future__ import annotations
