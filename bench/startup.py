@@ -36,8 +36,8 @@ def main() -> None:
         first = _seconds(sweep, root, 0)
         rows = {
             "floor: python + import hydra, omegaconf": ([sys.executable, "-c", "import hydra, omegaconf"], 0),
-            "privfair run algo=lr eps=0 (one-line error)": ([*cli, "run", "algo=lr", "eps=0"], 2),
-            "privfair list": ([*cli, "list"], 0),
+            "one-line error: privfair run algo=lr eps=0": ([*cli, "run", "algo=lr", "eps=0"], 2),
+            "listing: privfair list": ([*cli, "list"], 0),
             "the 12-run sweep again, all complete (skipped)": (sweep, 0),
         }
         times: dict[str, list[float]] = {name: [] for name in rows}

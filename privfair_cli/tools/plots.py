@@ -191,8 +191,8 @@ def by_group(groups: pd.DataFrame, x: str, path: Path, rates: dict[str, str] = G
     xs = groups[x].astype(float)
     log_x = bool((xs > 0).all() and xs.max() / xs.min() >= 100)
     with figure(path, len(rates), len(names), panel=(4.2, 2.9), dpi=130, legend_below=True, sharex=True,
-                title="each group: mean over seeds (error bars: std over seeds; band: mean within-run 95 % "
-                      "bootstrap interval)") as (fig, axes):
+                sharey="row", title="each group: mean over seeds (error bars: std over seeds; band: mean within-run "
+                                    "95 % bootstrap interval)") as (fig, axes):
         for j, name in enumerate(names):
             sub = groups[panels == name]
             for label, line in sub.groupby(sub["group"].astype(str), sort=False):
