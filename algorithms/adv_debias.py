@@ -41,6 +41,9 @@ class AdvDebiasConfig:
     decay_rate: float = field(metadata=bounds(gt=0, le=1))
     decay_steps: int = field(metadata=bounds(ge=1))
     threads: int = field(metadata=bounds(ge=1))
+    # accepted and ignored: Table 6.2 pins `algo.schedule: paper` for the GANs it sweeps with this one
+    # (privfair_cli/runid.py leaves the key at paper out of a run's identity)
+    schedule: Literal["default", "paper"] = "paper"
 
 
 def adversarial_debiasing(X, y, s, cfg: AdvDebiasConfig, seed: int, device: str = "cpu", progress: bool = True):

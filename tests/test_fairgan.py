@@ -251,9 +251,13 @@ def test_gan_experiments_pin_the_paper_schedule_and_keep_their_run_ids():
     import json
     from pathlib import Path
 
-    from privfair_cli import runid
+    from privfair_cli import runid, schema
     from privfair_cli.compose import compose
 
+    for name in ("xu2021_table6_1", "xu2021_table6_2", "xu2021_table7_1", "xu2021_table7_2"):
+        swept = compose([f"experiment={name}"], with_hydra=True).hydra.sweeper.params.algo.split(",")
+        for algo in swept:  # every plugin swept beside the GANs accepts the pinned key
+            schema.validate(compose([f"experiment={name}", f"algo={algo}", "seed=0"]))
     root = Path(__file__).resolve().parents[1] / "results" / "reproduce"
     for name, algos in (("xu2021_table6_1", ("lr_real", "fairgan")), ("xu2021_table7_1", ("real_data", "causalgan",
                                                                                           "cfgan_se", "pse_dr"))):
