@@ -10,7 +10,7 @@ from privfair_cli import datasets, evaluate
 from privfair_cli.algorithms import fair_ssl
 from privfair_cli.errors import ConfigError, DataError
 from privfair_cli.typed import typed
-from tests.conftest import fit
+from tests.conftest import fit, needs_data
 
 
 def clusters(n=120, seed=0):
@@ -437,3 +437,21 @@ def test_unlabelled_used_keeps_the_split_and_uses_that_many_unlabelled_rows():
     np.testing.assert_allclose(none.w, ref.fit(X, seen.y[lab]).coef_[0], atol=1e-4)
     # the standardisation is fitted on the rows in use only
     np.testing.assert_allclose(none.mean, seen.X[lab].mean(0))
+
+
+@needs_data("bank_marketing")
+def test_bank_additional_card_is_the_thesis_bank_data():
+    """Table 5.3's card: bank-additional-full (41,188 rows, 20 attributes: the counts the thesis prints), z = age <= 25,
+    age not a feature; 12,000 rows a seed split 4,000 / 4,000 / 4,000."""
+    from privfair_cli import runner, schema
+    from privfair_cli.config import load_card
+
+    card = load_card("bank/zhang2022_fair_ssl_additional")
+    t = datasets.load(card)
+    assert len(t) == 41188 and card["name"] == "bank_additional_fair_ssl"
+    assert not any(name == "age" or name.startswith("age=") for name in t.feature_names)
+    assert len(card["features"]["numeric"]) + len(card["features"]["onehot"]) == 19  # the 20 attributes but age
+    assert 0.03 < 1 - t.s.mean() < 0.05  # age <= 25
+    prepared = runner.prepare(schema.validate_card(card), 0, log=lambda *_: None)
+    train, test = datasets.hide_labels(prepared.train), prepared.test
+    assert len(test) == 4000 and int((train.y >= 0).sum()) == 4000 and int((train.y < 0).sum()) == 4000
