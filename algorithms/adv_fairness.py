@@ -32,6 +32,10 @@ Deviations and resolutions (by spec item):
 - §5 eps: per-card budgets in `eps_by_data` (default {titanic: 0.4}, the seed's Titanic budget) over `eps`.
 - §6 a training split in which one (z, y) group is empty cannot be uniformly re-sampled: the run trains on the rows
   as drawn and records a warning (only on tiny subsamples).
+- §7 MD / WMD: besides the spec's reading (k-NN distances from x', the weighted one on v-weighted features, so
+  WMD <= MD always), `MD_refcode` / `WMD_refcode` give the authors' reference code's reading (Metrics.py
+  get_neighbors): the unweighted L2 distance from x' to the 2 nearest / 2 v-weighted-nearest other rows of the
+  original x. Only the latter allows the thesis' WMD > MD (docs/families/adv-fairness.md, worked example).
 - Ambiguity 8 (Bank): the shared `bank` card (bank-full, 16 attributes, age > 25 privileged) is used; the spec's
   recommended threshold is age >= 25, a difference of the 25-year-olds only.
 """
@@ -248,6 +252,19 @@ def _knn_mean_distance(queries: torch.Tensor, ref: torch.Tensor, weights: torch.
     return near.mean(1)
 
 
+def _refcode_neighbour_distance(origs: torch.Tensor, advs: torch.Tensor, ref: torch.Tensor,
+                                weights: torch.Tensor | None) -> torch.Tensor:
+    """The thesis authors' reference code (TaocsZhang/Fairness-Attack-via-Adversarial-Examples, Metrics.py,
+    `get_neighbors`, n_neighbors=3): the 3 nearest rows of ref to the ORIGINAL x (L2, or v-weighted L2 when
+    weights are given), the first (x itself) dropped, then the mean UNWEIGHTED L2 distance from x' to those 2 rows.
+    Its "weighted" column is thus an unweighted distance to the weighted-nearest neighbours (never below the
+    unweighted one when x' = x)."""
+    o, r = (origs * weights, ref * weights) if weights is not None else (origs, ref)
+    k = min(3, ref.shape[0])
+    idx = torch.topk(torch.cdist(o, r), k, dim=1, largest=False).indices[:, 1:]
+    return (advs[:, None, :] - ref[idx]).norm(dim=2).mean(1)
+
+
 def signed_gap(yhat: np.ndarray, adv: np.ndarray) -> float:
     """P(f=1 | advantaged) - P(f=1 | disadvantaged), from GroupRates (adv = 1 marks the advantaged group)."""
     return GroupRates(np.zeros_like(yhat), yhat, adv).difference("positive_rate")
@@ -283,8 +300,12 @@ def attack_metrics(X: np.ndarray, X_adv: np.ndarray, pred: np.ndarray, pred_adv:
                 "MaxP": float(norms.max()), "MaxLinfP": float(np.abs(delta).max()),
                 "MD": float(_knn_mean_distance(q, ref, None).mean()),
                 "WMD": float(_knn_mean_distance(q, ref, vt).mean())}
+        xo = torch.as_tensor(X[ok], dtype=torch.float64)
+        out |= {"MD_refcode": float(_refcode_neighbour_distance(xo, q, ref, None).mean()),
+                "WMD_refcode": float(_refcode_neighbour_distance(xo, q, ref, vt).mean())}
     else:
-        out |= {k: float("nan") for k in ("MeanP", "MedianP", "WMeanP", "WMedianP", "MaxP", "MaxLinfP", "MD", "WMD")}
+        out |= {k: float("nan") for k in ("MeanP", "MedianP", "WMeanP", "WMedianP", "MaxP", "MaxLinfP", "MD", "WMD",
+                                          "MD_refcode", "WMD_refcode")}
     return out
 
 

@@ -202,6 +202,37 @@ def test_neighbour_distances_match_scikit_learn():
     assert out["WMD"] == pytest.approx(dist_w[:, 1:].mean(1).mean())
     assert out["MeanP"] == pytest.approx(0.1) and out["WMeanP"] == pytest.approx(0.05)
     assert out["IAB"] == 1.0 and out["GAB"] == 0.0
+    # the authors' reference code: neighbours of the original x (3, the first dropped), unweighted L2 from x'
+    for weighted, key in ((False, "MD_refcode"), (True, "WMD_refcode")):
+        w = v if weighted else np.ones(4)
+        _, nb = NearestNeighbors(n_neighbors=3).fit(X * w).kneighbors(X[sel] * w)
+        ref = np.linalg.norm(X_adv[sel][:, None, :] - X[nb[:, 1:]], axis=2).mean(1).mean()
+        assert out[key] == pytest.approx(ref)
+
+
+def test_weighted_neighbour_distance_never_exceeds_the_unweighted_one():
+    """With every weight <= 1 (a unit-norm v), the k-th smallest weighted distance is at most the k-th smallest
+    unweighted one, so WMD <= MD (the thesis prints WMD > MD in 14 of 16 cells); the reference code's WMD, an
+    unweighted distance to the weighted-nearest rows, is at least its MD when x' = x (the docs' worked example)."""
+    X = np.array([[0.0, 0.0], [0.3, 0.0], [0.0, 0.25], [0.32, 0.0], [0.0, 0.5]])
+    v = np.array([0.6, 0.8])
+    out = afa.attack_metrics(X, X.copy(), np.zeros(5, int), np.ones(5, int), np.array([1, 0, 1, 0, 1]),
+                             np.array([0]), np.ones(1, bool), v)
+    assert out["WMD"] <= out["MD"]
+    assert out["MD_refcode"] == pytest.approx((0.25 + 0.3) / 2)   # q and p, the two L2-nearest
+    assert out["WMD_refcode"] == pytest.approx((0.3 + 0.32) / 2)  # p and s, the two v-weighted-nearest
+    assert out["WMD_refcode"] > out["MD_refcode"]
+    rng = np.random.default_rng(1)
+    for _ in range(20):
+        X = rng.random((40, 5))
+        X_adv = X.copy()
+        sel = rng.choice(40, 6, replace=False)
+        X_adv[sel] += rng.uniform(-0.1, 0.1, (6, 5))
+        v = rng.random(5)
+        v /= np.linalg.norm(v)
+        out = afa.attack_metrics(X, X_adv, np.zeros(40, int), np.zeros(40, int), np.arange(40) % 2, sel,
+                                 np.ones(6, bool), v)
+        assert out["WMD"] <= out["MD"] + 1e-12
 
 
 def test_a_run_on_german_writes_metrics_and_the_perturbed_examples(tmp_path):
