@@ -25,6 +25,7 @@ they are written to files, never used to train.
 from __future__ import annotations
 
 import copy
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -381,6 +382,11 @@ class _EpochSums:
         self.mean_grad_sq = np.zeros((E, K))
         self.weights: list[np.ndarray] = []
 
+    def tensors(self) -> list[torch.Tensor]:
+        """Every accumulator but the kept weights, as tensors sharing their memory (what a checkpoint holds)."""
+        arrays = [torch.from_numpy(a) for a in (self.ck_sum, self.ck_steps, self.mean_grad_sq)]
+        return [self.loss, self.norm, self.count, *(v for group in self.gsum for v in group), *arrays]
+
     def add(self, epoch: int, losses, nu, kb, Ck) -> None:
         K = self.cfg.groups
         if len(nu):
@@ -428,7 +434,7 @@ def _update(params, summed, C: float, cfg: TrainConfig, gen: torch.Generator, ve
         for i, (p, s) in enumerate(zip(params, summed, strict=True)):
             noisy = torch.randn(p.shape, generator=gen, device=p.device, dtype=p.dtype).mul_(cfg.sigma * C).add_(s) \
                 if cfg.private else None
-            if velocity is None:
+            if velocity is None:  # plain SGD (momentum 0)
                 # in place on one fresh tensor, the same operations in the same order as
                 # p -= lr * (s + noise * sigma C) / b (bit for bit): one buffer instead of four on the 2.5M FastText
                 # weights
@@ -436,27 +442,71 @@ def _update(params, summed, C: float, cfg: TrainConfig, gen: torch.Generator, ve
                 p.sub_(step.div_(cfg.batch_size))
             else:
                 g = (noisy if cfg.private else s.clone()).div_(cfg.batch_size)
-                velocity[i] = g if velocity[i] is None else velocity[i].mul_(cfg.momentum).add_(g)
-                p.sub_(velocity[i], alpha=cfg.lr)
+                p.sub_(velocity[i].mul_(cfg.momentum).add_(g), alpha=cfg.lr)
             if decay and p.dim() > 1:
                 p -= cfg.lr * decay * p
+
+
+def _rng_words(rng: np.random.Generator) -> torch.Tensor:
+    """The state of a PCG64 numpy generator as 6 int64 words (state and increment: 128 bits each), so that a
+    checkpoint can hold it as a tensor; `_set_rng` restores it."""
+    st = rng.bit_generator.state
+    words = [(st["state"][k] >> shift) & (2**64 - 1) for k in ("state", "inc") for shift in (64, 0)]
+    return torch.tensor([w - 2**64 if w >= 2**63 else w for w in words] + [st["has_uint32"], st["uinteger"]],
+                        dtype=torch.int64)
+
+
+def _set_rng(rng: np.random.Generator, words: torch.Tensor) -> None:
+    w = [int(v) % 2**64 for v in words.tolist()]
+    rng.bit_generator.state = {"bit_generator": "PCG64", "state": {"state": (w[0] << 64) | w[1],
+                                                                   "inc": (w[2] << 64) | w[3]},
+                               "has_uint32": w[4], "uinteger": w[5]}
+
+
+def _checkpoint(model_kind: str, X: torch.Tensor, cfg: TrainConfig, rng: np.random.Generator, tensors: list,
+                gen: torch.Generator):
+    """A `gan.Checkpoint` of this training (inside a run's `progress.checkpoints` block), or None where it cannot
+    resume exactly: epoch-wise shuffling (a batch depends on the epoch's permutation), kept per-epoch weights (a
+    list that grows), a generator other than PCG64. The key: the settings, the data's shape and sums, and the
+    generator's state at the start (the seed)."""
+    if progress.checkpoint_dir() is None or cfg.batch_sampling == "shuffle" or cfg.keep_weights \
+            or rng.bit_generator.state.get("bit_generator") != "PCG64":
+        return None
+    from privfair_cli.algorithms import gan
+
+    key = repr((cfg, model_kind, tuple(X.shape), float(X.double().sum()), rng.bit_generator.state))
+    return gan.Checkpoint(f"dpsgd {key}", tensors, [gen])
 
 
 def train(model: nn.Module, model_kind: str, X: torch.Tensor, y: torch.Tensor, groups: torch.Tensor,
           cfg: TrainConfig, rng: np.random.Generator, device: str = "cpu") -> TrainLog:
     """Run `cfg.steps` steps of the algorithm in place on `model`; numpy `rng` drives sampling and count noise,
-    a torch generator seeded from it the gradient noise."""
+    a torch generator seeded from it the gradient noise. Inside a run (`progress.checkpoints`) the whole state
+    (weights, momentum, epoch sums, both generators) is saved every few minutes and a run started again resumes at
+    the step it reached, ending as an uninterrupted run does (`_checkpoint` says where it cannot)."""
     n = len(y)
     engine = PerExampleGradients(model, cfg.l2 if cfg.l2_mode == "in_loss" else 0.0)
     gen = torch.Generator(device=device)
+    start_rng = copy.deepcopy(rng)
     gen.manual_seed(int(rng.integers(2**SEED_BITS)))
     epoch_of = epoch_of_steps(cfg, n)
     epoch_steps = np.searchsorted(epoch_of, np.arange(cfg.epochs), side="right")
     sums = _EpochSums(cfg, engine, device)
-    velocity = [None] * len(engine.params) if cfg.momentum > 0 else None  # heavy-ball buffers (`momentum`)
-    closed = 0
+    # heavy-ball buffers (`momentum`): zero before the first step, where m * 0 + g = g is the first direction
+    velocity = [torch.zeros_like(p) for p in engine.params] if cfg.momentum > 0 else None
+    words = _rng_words(rng) if rng.bit_generator.state.get("bit_generator") == "PCG64" else None
+    checkpoint = _checkpoint(model_kind, X, cfg, start_rng, [*engine.params, *(velocity or []), *sums.tensors(),
+                                                             words], gen) if words is not None else None
+    start = 0
+    if checkpoint is not None and (found := checkpoint.load()) is not None:
+        start = found[1]
+        _set_rng(rng, words)
+    closed = int(np.searchsorted(epoch_steps, start, side="right"))  # epochs complete before `start`
+    steps = batches(n, dataclasses.replace(cfg, steps=cfg.steps - start), rng)
     with progress.Bar(cfg.steps, cfg.algorithm, unit="steps", transient=True) as bar:  # a line / 30 s off a terminal
-        for t, idx in enumerate(batches(n, cfg, rng)):
+        if start:
+            bar.log(f"{cfg.algorithm}: resuming from its checkpoint at step {start} of {cfg.steps}")
+        for t, idx in enumerate(steps, start=start):
             epoch = int(epoch_of[t])
             bar.update(t, info=f"epoch {epoch + 1}/{cfg.epochs}")
             sel = torch.as_tensor(idx, device=device)
@@ -474,6 +524,9 @@ def train(model: nn.Module, model_kind: str, X: torch.Tensor, y: torch.Tensor, g
             while closed < cfg.epochs and epoch_steps[closed] == t + 1:
                 sums.close(closed)
                 closed += 1
+            if checkpoint is not None and t + 1 < cfg.steps:
+                words.copy_(_rng_words(rng))
+                checkpoint.maybe_save(0, t + 1)
         bar.update(cfg.steps, info=f"epoch {cfg.epochs}/{cfg.epochs}")
     for epoch in range(closed, cfg.epochs):  # epochs without steps (none unless T = 0)
         sums.close(epoch)

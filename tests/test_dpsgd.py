@@ -353,6 +353,51 @@ def test_group_mean_gradient_norm_equals_autograd_per_group():
         assert log.norm[0, k] / log.count[0, k] >= expect
 
 
+@pytest.mark.parametrize("algorithm,momentum", [("dpsgd", 0.0), ("dpsgd_f", 0.5)])
+def test_interrupted_training_resumes_from_its_checkpoint_to_the_same_model(algorithm, momentum, tmp_path,
+                                                                           monkeypatch):
+    """Inside `progress.checkpoints` (a run's folder), a training stopped part-way (an exception at step 23, as
+    SIGTERM raises one) resumes from its last checkpoint (every step here) and ends with the uninterrupted run's
+    weights and epoch sums, bit for bit: the generators, the momentum and DPSGD-F's clipping bounds included."""
+    from privfair_cli import progress
+    from privfair_cli.algorithms import gan
+
+    X, y, s = census_like(n=640, d=6)
+    Xt, yt, st = torch.as_tensor(X, dtype=torch.float32), torch.as_tensor(y), torch.as_tensor(s)
+    cfg = step_config(algorithm=algorithm, steps=40, epochs=4, batch_size=64, lr=0.5, momentum=momentum,
+                      group_mean_grad=True)
+
+    def run():
+        torch.manual_seed(0)
+        model = trainer.build_model("logistic", X.shape[1], 2)
+        log = trainer.train(model, "logistic", Xt, yt, st, cfg, np.random.default_rng(3))
+        return model, log
+
+    whole, whole_log = run()
+    monkeypatch.setattr(gan, "CHECKPOINT_EVERY_S", 0.0)
+    folder, calls, original = tmp_path / ".checkpoint", {"n": 0}, trainer._update
+
+    def stopping(*a, **k):
+        calls["n"] += 1
+        if calls["n"] == 24:
+            raise KeyboardInterrupt
+        return original(*a, **k)
+
+    monkeypatch.setattr(trainer, "_update", stopping)
+    with pytest.raises(KeyboardInterrupt), progress.checkpoints(folder):
+        run()
+    assert list(folder.glob("gan-*.pt"))  # kept for the next attempt
+    monkeypatch.setattr(trainer, "_update", lambda *a, **k: (calls.__setitem__("n", calls["n"] + 1), original(*a, **k)))
+    with progress.checkpoints(folder):
+        resumed, resumed_log = run()
+    assert calls["n"] == 24 + 17 and not folder.exists()  # steps 24-40 only, then the folder is gone
+    for p, q in zip(whole.parameters(), resumed.parameters(), strict=True):
+        assert torch.equal(p, q)
+    for field in ("loss", "norm", "count", "mean_grad_norm", "clip_bound"):
+        a, b = getattr(whole_log, field), getattr(resumed_log, field)
+        assert (a is None and b is None) or np.array_equal(a, b), field
+
+
 # ----------------------------------------------------------------------------------------- noise
 def test_noise_std_on_averaged_gradient_is_sigma_C_over_b():
     """One step with and without noise from the same random state: the parameter difference is
@@ -407,7 +452,7 @@ def test_momentum_is_torch_sgds_heavy_ball_on_the_noisy_clipped_gradient(algorit
     ref = [torch.zeros(s, requires_grad=True) for s in shapes]
     opt = torch.optim.SGD(ref, lr=cfg.lr, momentum=0.5)
     gen, replay = torch.Generator().manual_seed(7), torch.Generator().manual_seed(7)
-    velocity = [None] * len(shapes)
+    velocity = [torch.zeros(s) for s in shapes]  # the heavy-ball buffers start at zero (train's)
     for step in sums:
         trainer._update(ours, step, cfg.C, cfg, gen, velocity)
         for p, s in zip(ref, step, strict=True):
@@ -418,9 +463,9 @@ def test_momentum_is_torch_sgds_heavy_ball_on_the_noisy_clipped_gradient(algorit
             torch.testing.assert_close(a, b.detach(), rtol=1e-6, atol=1e-7)
     plain, heavy = [torch.zeros(s) for s in shapes], [torch.zeros(s) for s in shapes]  # step 1: v = the direction
     trainer._update(plain, sums[0], cfg.C, replace(cfg, momentum=0.0), torch.Generator().manual_seed(3))
-    trainer._update(heavy, sums[0], cfg.C, cfg, torch.Generator().manual_seed(3), [None] * len(shapes))
+    trainer._update(heavy, sums[0], cfg.C, cfg, torch.Generator().manual_seed(3), [torch.zeros(s) for s in shapes])
     for a, b in zip(plain, heavy, strict=True):
-        torch.testing.assert_close(a, b)
+        assert torch.equal(a, b)  # m * 0 + g = g: the first step is the plain one, bit for bit
 
 
 def test_momentum_changes_the_model_but_not_the_privacy_spent():

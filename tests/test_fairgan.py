@@ -321,7 +321,6 @@ def test_interrupted_training_resumes_from_its_checkpoint_to_the_same_model(tmp_
             calls["n"] += 1
             if calls["n"] == 6 + 60 + 55:  # 6 timing calls, phase 1's 60 iterations, then phase 2's 55th: the last
                 raise _Stop               # checkpoint is phase 2's step 50, so training resumes mid-phase
-                raise _Stop
             return original(self, *a)
 
         with pytest.raises(_Stop), progress.checkpoints(folder):
