@@ -456,6 +456,10 @@ class _WStep:
                 break
             prev = obj
             tau_k = min(self.cfg.mu * tau_k, self.cfg.tau_max)
+        return self._converged(beta, terms, it)
+
+    def _converged(self, beta, terms, it: int):
+        """The result of a convex-concave loop that stopped: feasible to `feas_tol` or `ccp_infeasible`."""
         gap = self._worst(beta, terms)
         if gap > self.cfg.feas_tol:
             return self._result(beta, f"ccp_infeasible (|Cov| exceeds c by {gap:.2g} after {it} iterations)", False,
@@ -621,11 +625,7 @@ class _WStep:
                 break
             prev = obj
             tau_k = min(self.cfg.mu * tau_k, self.cfg.tau_max)
-        gap = self._worst(beta, terms)
-        if gap > self.cfg.feas_tol:
-            return self._result(beta, f"ccp_infeasible (|Cov| exceeds c by {gap:.2g} after {it} iterations)", False,
-                                it)
-        return self._result(beta, "optimal", True, it)
+        return self._converged(beta, terms, it)
 
 
 class LargeWStep(_WStep):
