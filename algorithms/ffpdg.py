@@ -25,7 +25,8 @@ class counts and the binary thresholds are raw, the seed's covariance sensitivit
 (`order: fair_last`, or `preprocessor: none`) with `class_counts: noisy`, `binary_decoding: onehot` and
 `cov_sensitivity: safe`; the pre-processor then only post-processes the release. Generator `none` releases the
 (processed) real rows: `none`. The GAN generators spend (eps, delta) (the run's delta must be > 0): `dpwgan` the
-RDP accountant's eps of its subsampled-Gaussian critic steps, `pategan` the moments accountant's eps_hat; on the raw
+eps of its subsampled-Gaussian critic steps by `dpwgan_accounting` (PLD by default, RDP in the xu2023
+experiments), `pategan` the moments accountant's eps_hat; on the raw
 rows (`fair_last` or `preprocessor: none`) they claim (eps,delta)-DP, except PATE-GAN with the paper's
 data-dependent moments (`pategan_bound: data_dependent`, the default), which claims `heuristic` and warns. The GANs
 decode by argmax over one-hot blocks, so no raw statistic enters their release.
@@ -102,6 +103,7 @@ class FFPDGConfig:
     dpwgan_critic_steps: int = field(metadata=bounds(ge=1))
     dpwgan_epochs: int = field(metadata=bounds(ge=1))
     dpwgan_max_steps: int | None = field(metadata=bounds(ge=1))
+    dpwgan_accounting: Literal["pld", "rdp"]
     pategan_teachers: int = field(metadata=bounds(ge=2))
     pategan_teacher_hidden: int = field(metadata=bounds(ge=0))
     pategan_teacher_iters: int = field(metadata=bounds(ge=1))
@@ -233,7 +235,8 @@ class FFPDG(Plugin):
         if cfg.generator == "dpwgan":
             s = dpwgan.Settings(**gan, layers=cfg.dpwgan_layers, sigma=cfg.dpwgan_sigma, clip=cfg.dpwgan_clip,
                                 weight_clip=cfg.dpwgan_weight_clip, critic_steps=cfg.dpwgan_critic_steps,
-                                epochs=cfg.dpwgan_epochs, max_steps=cfg.dpwgan_max_steps)
+                                epochs=cfg.dpwgan_epochs, max_steps=cfg.dpwgan_max_steps,
+                                accounting=cfg.dpwgan_accounting)
             return dpwgan.generate(Z, self.domain, len(Z), budget.eps, budget.delta, s, rng, ledger)
         if cfg.generator == "pategan":
             s = pategan.Settings(**gan, teacher_hidden=cfg.pategan_teacher_hidden, teachers=cfg.pategan_teachers,

@@ -41,6 +41,7 @@ ADDED: dict[tuple[str, ...], float | str | None] = {
     # FairGAN / CFGAN families: `schedule: paper` trains the configured epochs (the default trains a short schedule);
     # the experiments pin paper, also for the real-data and baseline plugins they sweep with the GANs (which ignore it)
     ("algo", "schedule"): "paper",
+    ("algo", "dpwgan_accounting"): "rdp",  # FFPDG's DP-WGAN: the RDP accountant its runs used before (default pld)
     ("data", "unlabelled_size"): "auto",  # every card: a card without the key had no pool (auto derives it)
     # every card: the options of the views derived on demand (datasets/views.py), which no run derived before
     ("data", "views", "enumerable", "cells"): "auto",

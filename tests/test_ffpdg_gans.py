@@ -85,6 +85,41 @@ def test_dpwgan_eps_equals_the_accountant_reference():
     assert T2 == 100 and eps2 == pytest.approx(_reference_eps(q, 2.0, 100, 1e-5), rel=1e-9)
 
 
+def test_dpwgan_pld_plan_is_dp_accountings_pld_and_allows_more_steps():
+    from dp_accounting import GaussianDpEvent, PoissonSampledDpEvent
+    from dp_accounting.pld import PLDAccountant
+
+    T, q, eps_T = dpwgan.plan_steps(4000, 1.0, 1e-5, dpwgan.Settings(batch=64, accounting="pld"), ORDERS, "classic")
+
+    def reference(steps):  # dp-accounting's own PLD accountant, built from its public API
+        acc = PLDAccountant(value_discretization_interval=1e-4)
+        acc.compose(PoissonSampledDpEvent(q, GaussianDpEvent(2.0)), steps)
+        return acc.get_epsilon(1e-5)
+
+    assert eps_T == pytest.approx(reference(T), rel=1e-3)
+    assert eps_T <= 1.0 < reference(T + 25)  # (close to) the most steps within eps
+    T_rdp, _, _ = dpwgan.plan_steps(4000, 1.0, 1e-5, dpwgan.Settings(batch=64), ORDERS, "classic")
+    assert T > 1.3 * T_rdp  # the tighter accountant is why it is the default
+    with pytest.raises(ConfigError, match="dpwgan_accounting"):
+        dpwgan.plan_steps(4000, 1.0, 1e-5, dpwgan.Settings(accounting="moments"), ORDERS, "classic")
+
+
+def test_dpwgan_pld_charges_one_entry_that_the_audit_recomposes():
+    from privfair_cli.tools.audit.whitebox import independent_eps
+
+    X, domain = toy_table(600)
+    s = dpwgan.Settings(hidden=16, noise_dim=8, max_steps=30, accounting="pld")
+    ledger = PrivacyLedger(Budget(5.0, 1e-5), accountant="basic")
+    dpwgan.generate(X, domain, 50, 5.0, 1e-5, s, np.random.default_rng(0), ledger)
+    (entry,) = ledger.entries
+    assert entry.extra == {"accountant": "pld", "sigma": 2.0, "q": pytest.approx(64 / 600), "steps": 30}
+    ind = independent_eps(ledger)
+    assert "sum" not in ind and ind["pld"] == pytest.approx(entry.eps, rel=1e-3) and ind["rdp"] > entry.eps
+    with pytest.raises(ConfigError, match="dpwgan_accounting=rdp"):
+        dpwgan.generate(X, domain, 50, 5.0, 1e-5, s, np.random.default_rng(0),
+                        PrivacyLedger(Budget(5.0, 1e-5), accountant="rdp"))
+
+
 @pytest.mark.parametrize("accountant", ["basic", "rdp"])
 def test_dpwgan_charges_the_ledger_and_respects_the_encoding(accountant):
     X, domain = toy_table(600)

@@ -50,6 +50,7 @@ from scipy import stats
 from privfair_cli.errors import PrivfairError
 from privfair_cli.privacy import ledger as ledger_mod
 from privfair_cli.privacy import mechanisms
+from privfair_cli.privacy.dpsgd import PLD_DISCRETIZATION, joint_multiplier
 from privfair_cli.tools.audit.canaries import with_records
 from privfair_cli.tools.audit.fitting import Setup, fit
 from privfair_cli.tools.audit.replay import Diverged, Recording
@@ -395,6 +396,8 @@ def independent_eps(ledger) -> dict:
     spent_eps, spent_delta = ledger.spent()
     delta = spent_delta if ledger.accountant == "basic" else ledger.budget.delta
     pld_events, rdp_events, total_eps, total_delta = [], [], 0.0, 0.0
+    stated = False  # an entry's eps is the claim of the mechanism it states: its sum is no independent bound
+    grid = 1e-4  # the PLD's loss grid, widened as privacy/dpsgd.py widens it for small multipliers
     for e in ledger.entries:
         if e.rdp is not None:  # DP-SGD's steps: the subsampled Gaussian it states in `extra`
             x = e.extra
@@ -412,9 +415,16 @@ def independent_eps(ledger) -> dict:
                 pld_events = None  # a zCDP bound has no PLD in dp-accounting
             total_eps = math.inf
         elif e.delta > 0:
-            pld_events = rdp_events = None  # an (eps, delta) entry composes by the sum only
             total_eps, total_delta = total_eps + e.eps, total_delta + e.delta
-            continue
+            x = e.extra
+            pld = x.get("accountant") == "pld" and x.get("sampling", "poisson") == "poisson" and "q" in x
+            if not (pld and joint_multiplier(x["sigma"], x.get("sigma1")) > 0):
+                pld_events = rdp_events = None  # an (eps, delta) entry composes by the sum only
+                continue
+            # a run charged as one entry by the PLD accountant (DP-SGD, DP-WGAN): the mechanism its `extra` states
+            sigma, stated = joint_multiplier(x["sigma"], x.get("sigma1")), True
+            grid = max(grid, PLD_DISCRETIZATION * max(1.0, sigma ** -2))
+            ev = SelfComposedDpEvent(PoissonSampledDpEvent(x["q"], GaussianDpEvent(sigma)), int(x["steps"]))
         else:
             total_eps += e.eps
             ev = LaplaceDpEvent(1 / e.eps) if e.mechanism == "laplace" else ZCDpEvent(e.eps ** 2 / 2)
@@ -428,7 +438,7 @@ def independent_eps(ledger) -> dict:
     out = {"sum": total_eps if total_delta <= delta * (1 + REL_TOL) + 1e-15 else math.inf}
     if delta > 0:
         if pld_events:
-            acc = PLDAccountant(value_discretization_interval=1e-4)
+            acc = PLDAccountant(value_discretization_interval=grid)
             acc.compose(ComposedDpEvent(pld_events))
             out["pld"] = float(acc.get_epsilon(delta))
         if rdp_events:
@@ -436,6 +446,8 @@ def independent_eps(ledger) -> dict:
             acc = RdpAccountant(list(orders))
             acc.compose(ComposedDpEvent(rdp_events))
             out["rdp"] = float(acc.get_epsilon(delta))
+    if stated and len(out) > 1:
+        del out["sum"]
     return out
 
 
