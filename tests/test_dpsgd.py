@@ -530,19 +530,21 @@ def test_bad_values_fail_before_anything_runs(overrides, fragment):
 
 
 def test_profiles_say_what_auto_means():
-    """`profile: default` (issue 47) changes logistic regression's C 2, lr 2, no weight decay, and the CNN's and
-    fasttext's epochs (3 and 5, so a default run ends within minutes on a CPU); `paper` is the spec's §3 values,
-    which every reproduction experiment sets; a number set by the user wins over both."""
+    """`profile: default` (issue 47) changes logistic regression's C 2, lr 2, no weight decay, the CNN's and
+    fasttext's epochs (3 and 5, so a default run ends within minutes on a CPU) and the CNN's step size (0.5 for the
+    short schedule); `paper` is the spec's §3 values, which every reproduction experiment sets; a number set by the
+    user wins over both."""
     user, paper = registry.make("dpsgd").cfg, registry.make("dpsgd", profile="paper").cfg
     keys = ("C", "lr", "epochs", "l2", "sigma")
     assert user.profile == "default" and registry.make("sgd").cfg.profile == "default"
     assert [user.spec(k, "logistic") for k in keys] == [2.0, 2.0, 20, 0.0, "calibrate"]
     assert [paper.spec(k, "logistic") for k in keys] == [0.5, "inv_sqrt_T", 20, 0.01, "calibrate"]
     assert registry.make("dpsgd", profile="paper", sigma="auto").cfg.spec("sigma", "logistic") == 1.0
-    for model, epochs in (("cnn", (3, 60)), ("fasttext", (5, 100))):
+    for model, epochs, lrs in (("cnn", (3, 60), (0.5, 0.01)), ("fasttext", (5, 100), (0.6, 0.6))):
         assert (user.spec("epochs", model), paper.spec("epochs", model)) == epochs
-        assert [user.spec(k, model) for k in keys if k != "epochs"] == [paper.spec(k, model) for k in keys
-                                                                         if k != "epochs"]
+        assert (user.spec("lr", model), paper.spec("lr", model)) == lrs
+        assert [user.spec(k, model) for k in keys if k not in ("epochs", "lr")] == [
+            paper.spec(k, model) for k in keys if k not in ("epochs", "lr")]
     assert registry.make("dpsgd", C=1.5).cfg.spec("C", "logistic") == 1.5
 
 
