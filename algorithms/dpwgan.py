@@ -177,7 +177,7 @@ def generate(X: np.ndarray, domain: list[int], n_out: int, eps: float, delta: fl
         fits = max(1, int(gan.LONG_RUN_S / per_step))
         gan.announce("DP-WGAN", [gan.Phase("critic steps", T, None, per_step)], "eps-limited",
                      switch=f"algo.dpwgan_max_steps={fits:,}".replace(",", ""))
-        gan.train_loop(T - timed, lambda i: step(i + timed), "DP-WGAN critic steps", unit="steps")
+        gan.train_loop(T, step, "DP-WGAN critic steps", unit="steps", start=timed)
         with torch.no_grad():
             out = gan.decode_blocks(torch.cat([fake(4096) for _ in range(math.ceil(n_out / 4096))])[:n_out], domain)
     return out.numpy().astype(np.int64)

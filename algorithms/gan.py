@@ -435,9 +435,11 @@ def batches(ens: Ensemble, n: int, batch: int) -> torch.Tensor:
     return ens.randint(n, batch)
 
 
-def train_loop(total: int, step_fn, description: str, unit: str = "iterations", every: int = 50) -> None:
+def train_loop(total: int, step_fn, description: str, unit: str = "iterations", every: int = 50,
+               start: int = 0) -> None:
+    """`step_fn(i)` for i = start .. total - 1 under one progress bar of `total` steps (`start` already taken)."""
     with progress.Bar(total, description, unit=unit, transient=True) as bar:
-        for i in range(total):
+        for i in range(start, total):
             info = step_fn(i)
             if (i + 1) % every == 0 or i + 1 == total:
                 bar.update(i + 1, info or "")
