@@ -111,19 +111,14 @@ def charge_pld(plan: NoisePlan, ledger, gradient_sensitivity: float | str, note:
                how: dict) -> None:
     """`accounting: pld`: one (eps, delta) entry of the whole run, eps = `pld_epsilon` of the plan at the budget's
     delta (what the calibration bounded), its mechanism and accountant in the entry's `extra`."""
-    if ledger.accountant != "basic":
-        raise ConfigError(f"algo.accounting=pld charges the run as one (eps, delta) release, which the "
-                          f"{ledger.accountant} ledger does not add up; leave budget.accountant unset, or set "
-                          "algo.accounting=rdp for the RDP ledger")
     delta = ledger.budget.delta
     eps = pld_epsilon(plan.q, plan.sigma, plan.steps, delta, plan.sigma1, plan.sampling, ledger.orders)
     accountant = accountant_name("pld", plan.sampling)
     what = note if plan.sigma1 is None else f"{note} and {counts_note}"
+    counts = {} if plan.sigma1 is None else {"sigma1": plan.sigma1, "counts_sensitivity": 1.0}
     try:
-        ledger.spend_approx("subsampled_gaussian", eps, delta, note=f"{what}, {accountant} accountant")
+        ledger.spend_pld("subsampled_gaussian", eps, delta, "algo.accounting",
+                         {"accountant": accountant, "sigma": plan.sigma, "q": plan.q, "steps": plan.steps,
+                          "sensitivity": gradient_sensitivity} | counts | how, note=f"{what}, {accountant} accountant")
     except BudgetExceeded as err:
         raise over_budget(err, plan) from None
-    counts = {} if plan.sigma1 is None else {"sigma1": plan.sigma1, "counts_sensitivity": 1.0}
-    # spend_approx keeps no description of the mechanism: the entry states it as spend_rdp's entries do
-    ledger.entries[-1].extra.update({"accountant": accountant, "sigma": plan.sigma, "q": plan.q,
-                                     "steps": plan.steps, "sensitivity": gradient_sensitivity} | counts | how)

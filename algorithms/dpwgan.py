@@ -110,12 +110,9 @@ def charge(ledger, T: int, q: float, eps_T: float, delta: float, s: Settings) ->
     """Record the T subsampled-Gaussian critic steps in the ledger before training."""
     note = f"DP-WGAN critic: {T} steps, q={q:.4g}, sigma={s.sigma:g}, clip={s.clip:g}"
     if s.accounting == "pld":
-        if ledger.accountant != "basic":
-            raise ConfigError(f"algo.dpwgan_accounting=pld charges the critic as one (eps, delta) release, which the "
-                              f"{ledger.accountant} ledger does not add up; leave budget.accountant unset, or set "
-                              "algo.dpwgan_accounting=rdp")
-        ledger.spend_approx("subsampled_gaussian", eps_T, delta, sensitivity=s.clip, note=f"{note}, pld accountant")
-        ledger.entries[-1].extra.update({"accountant": "pld", "sigma": s.sigma, "q": q, "steps": T})
+        ledger.spend_pld("subsampled_gaussian", eps_T, delta, "algo.dpwgan_accounting",
+                         {"accountant": "pld", "sigma": s.sigma, "q": q, "steps": T}, sensitivity=s.clip,
+                         note=f"{note}, pld accountant")
     elif ledger.accountant == "rdp":
         ledger.spend_rdp("subsampled_gaussian", sampled_gaussian_rdp(q, s.sigma, T, ledger.orders), note=note,
                          sigma=s.sigma, q=q, steps=T, sensitivity=s.clip)

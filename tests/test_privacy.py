@@ -476,6 +476,26 @@ def test_eps_inf_and_secure_mode_validate():
     assert not validated("algo=privlr").secure
 
 
+def test_pld_entry_states_its_mechanism_and_names_the_key_under_other_ledgers():
+    """`spend_pld`: one (eps, delta) entry whose extra carries the mechanism, seen complete by the ledger's observers;
+    under a ledger that cannot add up (eps, delta) the error names the config key that chose PLD."""
+    seen = []
+    ledger_mod.OBSERVERS.append(lambda _led, entry: seen.append(dict(entry.extra)))
+    try:
+        led = PrivacyLedger(Budget(1.0, 1e-5))
+        led.spend_pld("subsampled_gaussian", 0.9, 1e-5, "algo.x_accounting", {"accountant": "pld", "sigma": 2.0},
+                      sensitivity=1.0)
+    finally:
+        ledger_mod.OBSERVERS.pop()
+    (entry,) = led.entries
+    assert (entry.eps, entry.delta, entry.sensitivity) == (0.9, 1e-5, 1.0)
+    assert seen == [entry.extra] == [{"accountant": "pld", "sigma": 2.0}]
+    with pytest.raises(BudgetExceeded):
+        led.spend_pld("subsampled_gaussian", 0.2, 0.0, "algo.x_accounting", {})
+    with pytest.raises(ConfigError, match=r"algo.x_accounting=pld .* rdp ledger .* set algo.x_accounting=rdp"):
+        PrivacyLedger(Budget(1.0, 1e-5), accountant="rdp").spend_pld("m", 0.5, 1e-6, "algo.x_accounting", {})
+
+
 def test_warning_when_delta_is_not_below_one_over_n():
     from privfair_cli.runner import premise_warnings
 

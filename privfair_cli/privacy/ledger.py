@@ -116,6 +116,20 @@ class PrivacyLedger:
             raise BudgetExceeded(f"{mechanism}: need eps >= 0 and 0 <= delta <= 1, got eps={eps}, delta={delta}")
         self._record(LedgerEntry(mechanism, eps=float(eps), delta=float(delta), sensitivity=sensitivity, note=note))
 
+    def spend_pld(self, mechanism: str, eps: float, delta: float, key: str, extra: dict,
+                  sensitivity: float | None = None, note: str = "") -> None:
+        """An (eps, delta) release whose eps a privacy-loss-distribution accountant computed for a composed
+        mechanism (T subsampled-Gaussian steps, ...): one entry, whose `extra` states the mechanism (accountant,
+        sigma, q, steps, ...) so the audit can recompose it. `key` is the config key that chose PLD accounting,
+        named in the error under a ledger that composes in RDP or zCDP (it cannot add up an (eps, delta) pair)."""
+        if self.accountant != "basic":
+            raise ConfigError(f"{key}=pld charges the run as one (eps, delta) release, which the {self.accountant} "
+                              f"ledger does not add up; leave budget.accountant unset, or set {key}=rdp")
+        if not (eps >= 0 and 0 <= delta <= 1):
+            raise BudgetExceeded(f"{mechanism}: need eps >= 0 and 0 <= delta <= 1, got eps={eps}, delta={delta}")
+        self._record(LedgerEntry(mechanism, eps=float(eps), delta=float(delta), sensitivity=sensitivity, note=note,
+                                 extra=dict(extra)))
+
     def spend_zcdp(self, mechanism: str, rho: float, sensitivity: float | None = None, note: str = "") -> None:
         if self.accountant == "basic":
             raise ConfigError(f"{mechanism}: a zCDP release needs accountant=zcdp or rdp, not basic")
