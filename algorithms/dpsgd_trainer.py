@@ -10,7 +10,7 @@ config refuses a non-positive C or sigma before anything runs); only `sgd` draws
 Per-example norms without a loop over examples ("book-keeping" clipping): forward hooks keep every trainable
 layer's input `a` and one backward pass gives the gradients `g` of the summed loss w.r.t. the layer outputs.
 Linear layer: `||g_i a_i^T||^2 = ||g_i||^2 ||a_i||^2` (ghost norm, nothing per example is materialised).
-Conv layer: per-example weight gradients `G_i A_i^T` from the unfolded input (cheap: conv weights are small).
+Conv layer: per-example weight gradients `G_i A_i^T` from the input's patches (cheap: conv weights are small).
 The clipped sum `sum_i c_i g_i` is then formed from the same `a`, `g` (one weighted matmul / einsum per
 layer); no second backward pass and no per-example gradient of the large linear layers.
 
@@ -151,6 +151,20 @@ def predictions_by_epoch(model: nn.Module, model_kind: str, weights: np.ndarray,
 
 
 # --------------------------------------------------------------------------------------------- per-example norms
+def patches(a: torch.Tensor, m: nn.Conv2d) -> torch.Tensor:
+    """The input patches of every output position of `m`, (B, L, Cin k k) in `F.unfold`'s order (its transpose),
+    from strided views and one copy. Not `F.unfold`: its im2col kernel, at 2 threads on a machine whose cores are
+    busy, took 4 s where this takes 30 ms (the same numbers, bit for bit)."""
+    if m.groups != 1 or m.padding_mode != "zeros" or isinstance(m.padding, str):
+        raise ConfigError("per-example gradients support Conv2d with groups=1 and numeric zero padding only")
+    (kh, kw), (dh, dw), (sh, sw), (ph, pw) = m.kernel_size, m.dilation, m.stride, m.padding
+    if ph or pw:
+        a = F.pad(a, (pw, pw, ph, ph))
+    p = a.unfold(2, (kh - 1) * dh + 1, sh).unfold(3, (kw - 1) * dw + 1, sw)[..., ::dh, ::dw]  # B C Ho Wo kh kw
+    b, c, ho, wo = p.shape[:4]
+    return p.permute(0, 2, 3, 1, 4, 5).reshape(b, ho * wo, c * kh * kw)
+
+
 class PerExampleGradients:
     """Per-example gradient norms and clipped sums of an `nn.Sequential` of Linear / Conv2d (+ parameter-free)
     layers, from one forward and one backward pass (see the module docstring)."""
@@ -195,9 +209,8 @@ class PerExampleGradients:
             if self.l2:
                 norm2 = norm2 + 2 * self.l2 * ((a @ w.detach().T) * g).sum(1) + self.l2**2 * w.detach().pow(2).sum()
             return norm2, ("linear", a, g)
-        A = F.unfold(a, m.kernel_size, m.dilation, m.padding, m.stride)  # (B, Cin k k, L)
         G = g.flatten(2)  # (B, Cout, L)
-        per = torch.bmm(G, A.transpose(1, 2))  # (B, Cout, Cin k k): per-example weight gradients
+        per = torch.bmm(G, patches(a, m))  # (B, Cout, Cin k k): per-example weight gradients
         gb = G.sum(2)
         norm2 = per.pow(2).sum((1, 2)) + (gb.pow(2).sum(1) if m.bias is not None else 0)
         if self.l2:

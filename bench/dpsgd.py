@@ -2,8 +2,8 @@
 
 Prints the time of one DP-SGD step (per-example norms by book-keeping clipping, clipping, noise, update) as a
 ratio to one non-private SGD step of the same model and batch, and beside it Opacus' `make_private` step on the
-same model when Opacus is installed (benchmark-only dependency). Target: DP step <= 3x the SGD step, faster
-than Opacus.
+same model when Opacus is installed (benchmark-only dependency). Target: DP step <= 1.3x the SGD step (issue 49;
+3x before), faster than Opacus.
 """
 
 from __future__ import annotations
@@ -71,6 +71,14 @@ def opacus_step_fn(x, y):
 
 
 def main() -> None:
+    """Once at one thread and once at every thread of the machine: the ratio differs (the per-example work
+    parallelises less well than the convolutions)."""
+    for threads in sorted({1, torch.get_num_threads()}):
+        torch.set_num_threads(threads)
+        measure()
+
+
+def measure() -> None:
     torch.manual_seed(0)
     x, y = _data()
     plain = dpsgd.build_model("cnn", 784, 10)
@@ -81,7 +89,7 @@ def main() -> None:
     t_dp = _median_time(lambda: ours_step(model, x, y, engine, gen))
     print(f"MNIST CNN, batch {BATCH}, CPU threads {torch.get_num_threads()}")
     print(f"  non-private SGD step      {t_sgd * 1e3:8.1f} ms   (1.00x)")
-    print(f"  privfair DP-SGD step      {t_dp * 1e3:8.1f} ms   ({t_dp / t_sgd:.2f}x SGD; target <= 3x)")
+    print(f"  privfair DP-SGD step      {t_dp * 1e3:8.1f} ms   ({t_dp / t_sgd:.2f}x SGD; target <= 1.3x)")
     step = opacus_step_fn(x, y)
     if step is None:
         print("  Opacus: not installed (pip install -e '.[bench]')")

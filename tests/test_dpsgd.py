@@ -281,6 +281,18 @@ def test_fast_norms_and_clipped_sum_equal_naive_loop(l2):
         np.testing.assert_allclose(got.numpy(), w.numpy(), rtol=1e-6, atol=1e-9)
 
 
+@pytest.mark.parametrize("conv", [dict(kernel_size=3), dict(kernel_size=(3, 2), stride=(2, 1), padding=(1, 2),
+                                                         dilation=(2, 1))])
+def test_conv_patches_are_unfold_bit_for_bit(conv):
+    """The per-example conv gradients read the input's patches from strided views: exactly `F.unfold`'s numbers."""
+    m = torch.nn.Conv2d(3, 4, **conv)
+    a = torch.randn(5, 3, 11, 9, generator=torch.Generator().manual_seed(0))
+    want = torch.nn.functional.unfold(a, m.kernel_size, m.dilation, m.padding, m.stride).transpose(1, 2)
+    assert torch.equal(trainer.patches(a, m), want)
+    with pytest.raises(ConfigError, match="groups=1"):
+        trainer.patches(torch.randn(2, 4, 6, 6), torch.nn.Conv2d(4, 4, 3, groups=2))
+
+
 def test_mnist_cnn_has_431080_parameters():
     assert sum(p.numel() for p in trainer.build_model("cnn", 784, 10).parameters()) == 431_080
 
