@@ -67,10 +67,13 @@ def _ratio(target: np.ndarray, current: np.ndarray) -> np.ndarray:
 def ipf(table: np.ndarray, row: np.ndarray, col: np.ndarray, iters: int = 200, tol: float = 1e-10) -> np.ndarray:
     """Scale a positive table until its row and column sums equal `row` and `col` (same total)."""
     t = table.copy()
+    bound = tol * max(row.sum(), 1.0)
+    rows = t.sum(axis=1)  # the row sums of the current table, also the next round's (the same sums, not redone)
     for _ in range(iters):
-        t *= _ratio(row, t.sum(axis=1))[:, None]
+        t *= _ratio(row, rows)[:, None]
         t *= _ratio(col, t.sum(axis=0))[None, :]
-        if np.abs(t.sum(axis=1) - row).max() <= tol * max(row.sum(), 1.0):
+        rows = t.sum(axis=1)
+        if np.abs(rows - row).max() <= bound:
             break
     return t
 
@@ -129,6 +132,15 @@ def alloc(expected: np.ndarray, sizes: np.ndarray, rng: np.random.Generator) -> 
     return (base + (rank < left[:, None])).astype(np.int64)
 
 
+def code_dtype(size: int) -> type:
+    """The smallest signed integer type that holds the codes 0..size-1 (int16 at least: numpy's stable sort of
+    a 16-bit key is a radix sort)."""
+    for dtype in (np.int16, np.int32):
+        if size - 1 <= np.iinfo(dtype).max:
+            return dtype
+    return np.int64
+
+
 @dataclass
 class TreeModel:
     """Consistent marginals of a spanning tree: `nodes[i]` (probabilities), `tables[(a, b)]` (a = parent)."""
@@ -140,23 +152,32 @@ class TreeModel:
     total: float
 
     def sample(self, rows: int, rng: np.random.Generator) -> np.ndarray:
+        """`rows` rows x attributes of int64 codes (`sample_columns`, transposed)."""
+        return self.sample_columns(rows, rng).T.astype(np.int64)
+
+    def sample_columns(self, rows: int, rng: np.random.Generator) -> np.ndarray:
+        """The rounding sampler, attributes x rows in the smallest integer type of the domain (int16 for KDD), so
+        a parent's codes are gathered from and a child's scattered into an array a quarter of int64's size. A
+        parent's value counts are the column sums of its own allocation (the bincount of its sampled codes)."""
         d = len(self.domain)
         order, parent = tree_order(d, self.edges)
-        out = np.zeros((d, rows), dtype=np.int64)  # attribute-major while drawing; returned as rows x attributes
+        dtype = code_dtype(max(self.domain))
+        out = np.empty((d, rows), dtype=dtype)  # every row of every attribute is written below (a spanning tree)
+        value_counts: list[np.ndarray | None] = [None] * d
         root = order[0]
         counts = alloc(self.nodes[root][None, :], np.array([rows]), rng)[0]
         out[root] = rng.permutation(np.repeat(np.arange(self.domain[root]), counts))
+        value_counts[root] = counts
         for j in order[1:]:
             a = parent[j]
             pa = out[a]
-            sizes = np.bincount(pa, minlength=self.domain[a])
-            counts = alloc(self.tables[(a, j)], sizes, rng)
-            codes = np.repeat(np.tile(np.arange(self.domain[j]), self.domain[a]), counts.ravel())
+            counts = alloc(self.tables[(a, j)], value_counts[a], rng)
+            value_counts[j] = counts.sum(axis=0)
+            codes = np.repeat(np.tile(np.arange(self.domain[j], dtype=dtype), self.domain[a]), counts.ravel())
             perm = rng.permutation(rows)
-            key = pa[perm].astype(np.int16) if self.domain[a] <= np.iinfo(np.int16).max else pa[perm]
-            rows_sorted = perm[np.argsort(key, kind="stable")]  # stable: the same order at any width (int16: radix)
+            rows_sorted = perm[np.argsort(pa[perm], kind="stable")]  # stable: the same order whatever the sort
             out[j, rows_sorted] = codes
-        return out.T
+        return out
 
     def marginal(self, i: int, j: int) -> np.ndarray:
         """Model marginal of an edge (i, j) as probabilities, axes in the order (i, j)."""

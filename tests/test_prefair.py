@@ -543,3 +543,105 @@ def test_a_release_says_when_there_was_nothing_to_repair():
     star.frame["x5"] = star.frame["x0"]  # the outcome copies the protected attribute: mst joins them, unfairly
     mst, _ = fit("mst", star, eps=1e4)
     assert mst.extra_metrics()["tree_fair"] == 0 and not any("already fair" in w for w in mst.warnings())
+
+
+# ------------------------------------------------------------------------------------------- identity pins
+# The counting, sampling and decoding were rewritten for speed (pfdr on KDD census); these pin the results to the
+# straightforward implementations they replaced, bit for bit.
+def reference_count_tables(X, domain, cliques):
+    """Every clique's table as `metrics.contingency` of its columns."""
+    return [metrics.contingency(np.asarray(X)[:, list(c)], tuple(domain[i] for i in c)) for c in cliques]
+
+
+def reference_sample_columns(model, rows, rng):
+    """The rounding sampler in int64 throughout, each parent's value counts from a bincount of its codes."""
+    d = len(model.domain)
+    order, parent = tm.tree_order(d, model.edges)
+    out = np.zeros((d, rows), dtype=np.int64)
+    root = order[0]
+    counts = tm.alloc(model.nodes[root][None, :], np.array([rows]), rng)[0]
+    out[root] = rng.permutation(np.repeat(np.arange(model.domain[root]), counts))
+    for j in order[1:]:
+        a = parent[j]
+        pa = out[a]
+        counts = tm.alloc(model.tables[(a, j)], np.bincount(pa, minlength=model.domain[a]), rng)
+        codes = np.repeat(np.tile(np.arange(model.domain[j]), model.domain[a]), counts.ravel())
+        perm = rng.permutation(rows)
+        out[j, perm[np.argsort(pa[perm], kind="stable")]] = codes
+    return out
+
+
+def reference_decode(comp, codes, rng):
+    out = np.empty_like(codes)
+    for i, (kept, merged) in enumerate(zip(comp.kept, comp.merged, strict=True)):
+        c = codes[:, i]
+        rare = c >= len(kept)
+        out[~rare, i] = kept[c[~rare]]
+        out[rare, i] = merged[rng.integers(len(merged), size=int(rare.sum()))] if len(merged) else 0
+    return out
+
+
+def skewed_table(n=4000, seed=0):
+    """Attributes of 2 to 600 values with rare values (so compression merges some), a chain of dependences."""
+    rng = np.random.default_rng(seed)
+    domain = [2, 7, 40, 3, 600, 5]
+    x = np.zeros((n, len(domain)), np.int64)
+    for j, k in enumerate(domain):
+        fresh = np.minimum(rng.geometric(0.3, n) - 1, k - 1)
+        x[:, j] = fresh if j == 0 else np.where(rng.random(n) < 0.6, x[:, j - 1] % k, fresh)
+    cols = [f"a{j}" for j in range(len(domain))]
+    roles = {"protected": ["a0"], "admissible": ["a2", "a3"], "outcome": ["a5"]}
+    return data_lib.Table("skewed", np.zeros((n, 0)), (x[:, -1] == 1).astype(int), x[:, 0], [],
+                          pd.DataFrame(x, columns=cols), dict(zip(cols, domain, strict=True)), roles)
+
+
+def test_count_tables_equal_contingency():
+    rng = np.random.default_rng(0)
+    domain = [2, 9, 1, 300, 4]
+    X = np.column_stack([rng.integers(0, k, 5000) for k in domain])  # row-major, as a caller may pass it
+    cliques = [(0,), (3,), (0, 1), (1, 0), (3, 4), (4, 3), (2, 3), (0, 1, 4), ()]
+    for got, want in zip(pf.count_tables(X, domain, cliques), reference_count_tables(X, domain, cliques),
+                         strict=True):
+        assert got.dtype == want.dtype and got.shape == want.shape and np.array_equal(got, want)
+    assert [t.shape for t in pf.histograms(X[:0], domain, [(0, 1), (2,)])] == [(2, 9), (1,)]
+    X[7, 3] = 300
+    with pytest.raises(ValueError, match="outside"):
+        pf.histograms(X, domain, [(0, 3)])
+
+
+@pytest.mark.parametrize("dtype_domain", [300, 40000])
+def test_sampler_matches_the_reference_sampler(dtype_domain):
+    """The same rows and the same generator state afterwards, with int16 and int32 codes."""
+    rng = np.random.default_rng(4)
+    domain, edges = [3, dtype_domain, 5, 2], [(0, 1), (1, 2), (0, 3)]
+    tables = {(a, b): rng.dirichlet(np.ones(domain[a] * domain[b])).reshape(domain[a], domain[b]) for a, b in edges}
+    nodes = [tables[(0, 1)].sum(1), tables[(0, 1)].sum(0), tables[(1, 2)].sum(0), tables[(0, 3)].sum(0)]
+    model = tm.TreeModel(domain, edges, nodes, tables, 5000.0)
+    a, b = np.random.default_rng(9), np.random.default_rng(9)
+    got, want = model.sample_columns(7001, a), reference_sample_columns(model, 7001, b)
+    assert np.array_equal(got, want) and a.random() == b.random()
+    x = model.sample(300, a)
+    assert x.dtype == np.int64 and np.array_equal(x, reference_sample_columns(model, 300, b).T)
+
+
+@pytest.mark.parametrize("algo, eps", [("pfdr", 1.0), ("pfdr", 0.3), ("mst", math.inf), ("prefair_optimal", 1.0)])
+def test_release_is_identical_to_the_reference_implementation(monkeypatch, algo, eps):
+    """A whole release (selection, noisy measurements, model, ledger, sampled rows) with the fast counting, sampler
+    and decoder equals the one with the reference implementations, bit for bit."""
+    def release():
+        plugin, ledger = fit(algo, skewed_table(), eps=eps, seed=3)
+        synth = plugin.sample(plugin.n_rows(), np.random.default_rng(5))
+        return plugin, [(e.mechanism, e.rho, e.sensitivity, e.note) for e in ledger.entries], synth
+
+    fast, fast_ledger, fast_rows = release()
+    assert any(len(m) for m in fast.compression.merged) == math.isfinite(eps)  # the decoder's rare buckets
+    monkeypatch.setattr(pf, "count_tables", reference_count_tables)
+    monkeypatch.setattr(tm.TreeModel, "sample_columns", reference_sample_columns)
+    monkeypatch.setattr(pf.Compression, "decode", reference_decode)
+    ref, ref_ledger, ref_rows = release()
+    assert fast.edges == ref.edges and fast.cdomain == ref.cdomain and fast_ledger == ref_ledger
+    assert fast.model.total == ref.model.total
+    assert all(np.array_equal(a, b) for a, b in zip(fast.model.nodes, ref.model.nodes, strict=True))
+    assert fast.model.tables.keys() == ref.model.tables.keys()
+    assert all(np.array_equal(fast.model.tables[k], ref.model.tables[k]) for k in ref.model.tables)
+    assert fast_rows.dtypes.eq(np.int64).all() and fast_rows.equals(ref_rows)
