@@ -150,6 +150,7 @@ class GSquare(TableTest):
         self.max_batch_cells = max_batch_cells
         # A dense table costs its cells, the observed-cells path a sort of the n records: dense up to n cells.
         self.dense_cells = self.n if dense_cells is None else dense_cells
+        self._columns: np.ndarray | None = None  # the codes variable-major (p, n), built on first use
 
     def statistics(self, x, y, S) -> tuple[np.ndarray, np.ndarray]:
         """Dense exact-shape tables while a test has at most `dense_cells` cells; above (high orders, where most
@@ -195,19 +196,45 @@ class GSquare(TableTest):
         return stat, rows
 
     def exact_tables(self, x, y, S) -> Tables:
-        """The tests' 3-way tables N[k, a, b] in their exact shapes, counted in batches of tests."""
+        """The tests' 3-way tables N[k, a, b] in their exact shapes (`_count`)."""
         cS = self.cats[S]
         tab = Tables(np.prod(cS, axis=1), self.cats[x], self.cats[y])
         strides = np.cumprod(np.column_stack([np.ones(len(x), np.int64), cS[:, :-1]]), axis=1)[:, :S.shape[1]]
-        step = max(1, self.max_batch_cells // max(self.n, 1))
-        for lo in range(0, len(x), step):
-            sl = slice(lo, min(lo + step, len(x)))
-            first, last = tab.test_cells[sl.start], tab.test_cells[sl.stop]
-            k = (self.codes[:, S[sl]] * strides[sl]).sum(2)  # (n, t): stratum of each row per test
-            key = (k * self.cats[x[sl]] + self.codes[:, x[sl]]) * self.cats[y[sl]] + self.codes[:, y[sl]]
-            key += tab.test_cells[sl] - first
-            tab.counts[first:last] = np.bincount(key.ravel(), minlength=last - first)
+        self._count(tab, np.column_stack([S, x, y]),
+                    np.column_stack([strides * (self.cats[x] * self.cats[y])[:, None], self.cats[y],
+                                     np.ones(len(x), np.int64)]))
         return tab
+
+    CHUNK_RECORDS = 1 << 18  # records x tests per counting chunk: its keys and scratch stay in the cache (~1 MB each)
+    INT32_CELLS = 2**31  # keys in int32 while all the tables of a call have fewer cells, else int64
+
+    def columns(self) -> np.ndarray:
+        """The codes variable-major, (p, n) int32: one variable's codes are one contiguous row."""
+        if self._columns is None:
+            self._columns = np.ascontiguousarray(self.codes.T, dtype=np.int32)
+        return self._columns
+
+    def _count(self, tab: Tables, idx: np.ndarray, weight: np.ndarray) -> None:
+        """tab.counts of every test: test t's cell of record i is sum_j codes[i, idx[t, j]] * weight[t, j] (the
+        mixed-radix code of (k, a, b)); the cells of a chunk of tests are numbered consecutively and counted by one
+        bincount. The keys are built in place, one variable at a time over whole contiguous rows of `columns()`."""
+        V, n, T = self.columns(), self.n, len(idx)
+        if tab.test_cells[-1] >= self.INT32_CELLS:
+            V = V.astype(np.int64)
+        step = max(1, self.CHUNK_RECORDS // max(n, 1))
+        key, tmp = np.empty((2, min(step, T), n), V.dtype)
+        weight = weight.astype(V.dtype)
+        for lo in range(0, T, step):
+            hi = min(lo + step, T)
+            first, last = tab.test_cells[lo], tab.test_cells[hi]
+            k, s = key[:hi - lo], tmp[:hi - lo]
+            np.take(V, idx[lo:hi, -1], axis=0, out=s, mode="clip")  # y, weight 1 (valid indices: no check)
+            np.add(s, (tab.test_cells[lo:hi] - first).astype(V.dtype)[:, None], out=k)
+            for j in range(idx.shape[1] - 1):
+                np.take(V, idx[lo:hi, j], axis=0, out=s, mode="clip")
+                np.multiply(s, weight[lo:hi, j, None], out=s)
+                k += s
+            tab.counts[first:last] = np.bincount(k.ravel(), minlength=last - first)
 
 
 class NoisyTableGSquare(TableTest):

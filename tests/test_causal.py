@@ -4,7 +4,9 @@ the guarantees, the reference-graph cache, and every learner on every graph data
 
 from __future__ import annotations
 
+import hashlib
 import itertools
+import json
 
 import numpy as np
 import pytest
@@ -363,6 +365,60 @@ def test_sparse_high_order_statistics_equal_dense_tables(stat):
         dense = citests.GSquare(codes, cats, stat, 0, df, dense_cells=10**9).statistics(x, y, S)
         sparse = citests.GSquare(codes, cats, stat, 0, df, dense_cells=0).statistics(x, y, S)
         assert np.allclose(dense[0], sparse[0]) and np.allclose(dense[1], sparse[1])
+
+
+def test_exact_tables_equal_a_record_by_record_count_in_any_chunking(monkeypatch):
+    _, codes, cats = categorical_data(4, p=8, n=1500, high=5)
+    rng = np.random.default_rng(5)
+    for order in range(5):
+        T = 23
+        x = rng.integers(0, 8, T)
+        y = (x + 1 + rng.integers(0, 7, T)) % 8
+        S = np.array([rng.choice(np.setdiff1d(np.arange(8), [a, b]), order, replace=False)
+                      for a, b in zip(x, y, strict=True)]).reshape(T, order)
+        expected = []
+        for t in range(T):  # strata: the first conditioning variable least significant
+            N = np.zeros((*cats[S[t]][::-1], cats[x[t]], cats[y[t]]))
+            np.add.at(N, (*(codes[:, v] for v in S[t][::-1]), codes[:, x[t]], codes[:, y[t]]), 1)
+            expected.append(N.ravel())
+        # all tests in one chunk; 2 tests a chunk (the last one partial); one test a chunk with int64 keys
+        for chunk, int32_cells in ((1 << 18, 2**31), (4000, 2**31), (1, 0)):
+            monkeypatch.setattr(citests.GSquare, "CHUNK_RECORDS", chunk)
+            monkeypatch.setattr(citests.GSquare, "INT32_CELLS", int32_cells)
+            got = citests.GSquare(codes, cats, "g2", 0).exact_tables(x, y, S).counts
+            assert np.array_equal(got, np.concatenate(expected)), (order, chunk)
+
+
+# Skeletons as computed before the G^2 counting was rewritten: edges, distinct CI tests, and the first 16 hex digits
+# of the sha256 of (edges, separating sets, test counts). The causal tables' reproductions rest on these results.
+PINNED_SKELETONS = {
+    ("g2 adaptive", 0): (11, 157, "74427f0cf51c4278"), ("g2 fixed", 0): (11, 157, "74427f0cf51c4278"),
+    ("chi2 fixed", 0): (11, 157, "74427f0cf51c4278"), ("privpc", 0): (9, 141, "21cb0785f5d4621a"),
+    ("g2 adaptive", 1): (9, 154, "3bf638b51fecf3b0"), ("g2 fixed", 1): (9, 153, "425e858ff3cd70dd"),
+    ("chi2 fixed", 1): (10, 149, "a2581890d9a51b09"), ("privpc", 1): (8, 124, "2373526109e4ee01"),
+    ("g2 adaptive", 2): (8, 108, "e7a8f031b87f1166"), ("g2 fixed", 2): (6, 108, "2af6acdbce9d0241"),
+    ("chi2 fixed", 2): (6, 108, "2af6acdbce9d0241"), ("privpc", 2): (8, 84, "0c4a7738ebb3781c"),
+}
+
+
+def skeleton_fingerprint(adj, sepset, stats) -> tuple[int, int, str]:
+    edges = np.argwhere(np.triu(adj, 1)).tolist()
+    seps = sorted([int(i), int(j), list(S)] for (i, j), S in sepset.items() if i < j)
+    counts = {k: int(v) for k, v in stats.items() if k in ("ci_tests", "privpc_rounds", "max_order_reached")}
+    digest = hashlib.sha256(json.dumps([edges, seps, counts]).encode()).hexdigest()[:16]
+    return len(edges), counts["ci_tests"], digest
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_skeletons_separating_sets_and_test_counts_are_pinned(seed):
+    table, codes, cats = categorical_data(seed, p=10, s=0.3, n=3000, high=5)
+    for name, test in (("g2 adaptive", citests.GSquare(codes, cats, "g2", 0, "adaptive")),
+                       ("g2 fixed", citests.GSquare(codes, cats, "g2", 10)),
+                       ("chi2 fixed", citests.GSquare(codes, cats, "chi2", 10))):
+        assert skeleton_fingerprint(*causal.skeleton(test, 0.01)) == PINNED_SKELETONS[(name, seed)], name
+    plugin = registry.make("privpc", max_order=2)
+    plugin.fit(table, Budget(5.0), PrivacyLedger(Budget(5.0)), np.random.default_rng(seed))
+    assert skeleton_fingerprint(plugin.adjacency, plugin.sepset, plugin.stats) == PINNED_SKELETONS[("privpc", seed)]
 
 
 def test_graph_runs_report_the_core_metrics_consistently():
