@@ -5,10 +5,12 @@ k-NN distances against scikit-learn, and a run end to end."""
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+import yaml
 
 from privfair_cli import registry
 from privfair_cli.algorithms import adv_fairness as afa
@@ -248,3 +250,17 @@ def test_a_run_on_german_writes_metrics_and_the_perturbed_examples(tmp_path):
                 "discrimination_after"):
         assert key in m
     assert (tmp_path / "run" / "artifacts" / "adversarial_examples.csv").is_file()
+
+
+def test_default_schedule_caps_the_paper_epochs_at_the_step_budget():
+    """`schedule: default` (the configs' default) trains the paper's 100 epochs only up to DEFAULT_STEPS Adam steps;
+    `paper` and epochs a user set train as configured; the experiments pin `paper`."""
+    default = registry.make("afa_df_pro").cfg
+    assert default.schedule == "default" and default.epochs == afa.PAPER_EPOCHS and default.batch_size == 64
+    assert default.epochs_for(36_178) == 18  # Adult's training rows: 566 steps an epoch
+    assert default.epochs_for(700) == 100  # German: 11 steps an epoch, never capped
+    assert registry.make("afa_df_pro", schedule="paper").cfg.epochs_for(36_178) == 100
+    assert registry.make("afa_df_pro", epochs=50).cfg.epochs_for(36_178) == 50
+    for name in ("zhang2022_table7_1", "zhang2022_table7_2"):
+        spec = yaml.safe_load(Path(f"configs/experiment/{name}.yaml").read_text())
+        assert spec["algo"]["schedule"] == "paper"
