@@ -599,7 +599,8 @@ def test_count_tables_equal_contingency():
     rng = np.random.default_rng(0)
     domain = [2, 9, 1, 300, 4]
     X = np.column_stack([rng.integers(0, k, 5000) for k in domain])  # row-major, as a caller may pass it
-    cliques = [(0,), (3,), (0, 1), (1, 0), (3, 4), (4, 3), (2, 3), (0, 1, 4), ()]
+    cliques = [(0,), (3,), (0, 1), (1, 0), (3, 4), (4, 3), (2, 3), (0, 1, 4), (), (1, 1), (0, 1), (4, 3)]
+    cliques += list(itertools.combinations(range(5), 2)) + [(3, 0), (4, 2)]  # every pair: small ones counted jointly
     for got, want in zip(pf.count_tables(X, domain, cliques), reference_count_tables(X, domain, cliques),
                          strict=True):
         assert got.dtype == want.dtype and got.shape == want.shape and np.array_equal(got, want)
