@@ -23,7 +23,7 @@ from privfair_cli.datasets import synthetic_categorical, synthetic_gaussian
 from privfair_cli.privacy import Budget, PrivacyLedger
 
 ALPHA = 0.01
-REPEATS = 5
+REPEATS = 7
 
 
 def timed(fn):
@@ -58,7 +58,7 @@ def causal_learn_pc(data: np.ndarray, test: str):
 
 def row(name, secs, tests, edges, base=None):
     speed = "" if base is None else f"{base / secs:8.1f}x"
-    print(f"  {name:<34} {secs:8.2f} s {tests:>8} tests {edges:>5} edges {speed}")
+    print(f"  {name:<34} {secs:8.3f} s {tests:>8} tests {edges:>5} edges {speed}")
 
 
 def peer(results: dict, name: str, ours):
