@@ -75,6 +75,21 @@ def test_the_band_never_grows_with_our_spread():
         verdicts.kind_of("made_up_metric")
 
 
+def test_a_published_single_draw_carries_its_own_spread():
+    """`published_runs: 1` (a paper printing one split): the published number varies as much as one of our runs,
+    so the bound is 2 sqrt(s^2 + std^2 / n) with s = ours where none is printed; the band, and so a match, do not
+    move. Without it the published number counts as a mean of as many runs as ours."""
+    mean_of_ten = verdicts.judge("accuracy", 0.75, float("nan"), 0.70, 0.03, 10)
+    assert mean_of_ten.verdict == "deviates" and mean_of_ten.bound == pytest.approx(2 * 0.03 / math.sqrt(10))
+    draw = verdicts.judge("accuracy", 0.75, float("nan"), 0.70, 0.03, 10, published_runs=1)
+    assert draw.verdict == "consistent" and draw.bound == pytest.approx(2 * math.sqrt(0.03 ** 2 + 0.03 ** 2 / 10))
+    assert draw.tolerance == mean_of_ten.tolerance == 0.01
+    # a printed std is the published runs' own: over m = 4 runs, s^2 / 4
+    four = verdicts.judge("accuracy", 0.75, 0.04, 0.70, 0.03, 10, published_runs=4)
+    assert four.bound == pytest.approx(2 * math.sqrt(0.04 ** 2 / 4 + 0.03 ** 2 / 10))
+    assert verdicts.judge("accuracy", 0.75, float("nan"), 0.60, 0.03, 10, published_runs=1).verdict == "deviates"
+
+
 def test_every_compared_published_metric_has_one_kind():
     """The floors are one table per metric kind: every metric an experiment compares has exactly one kind."""
     from privfair_cli.config import group_options

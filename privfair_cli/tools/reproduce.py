@@ -60,6 +60,10 @@ Keys of the `reproduce:` block (REQUIRED, then optional):
   bound's factor. A custom `cell` computes its own number and is only allowed with `mean`.
 - `variant_of` (an experiment name): this experiment measures the same published cells as that one with another
   option (e.g. PreFair's Private-PGM estimator); the docs list it but count its cells only once, under that one.
+- `published_runs` (an integer >= 1): how many runs each published cell is, where the paper's own numbers show it
+  is not the number it states (e.g. one test split: every accuracy an exact multiple of 1 / n_test); the
+  statistical bound then counts the published number's run-to-run spread (verdicts module docstring). Give the
+  evidence in a comment beside it.
 """
 
 from __future__ import annotations
@@ -94,7 +98,7 @@ RESULTS_ROOT = Path("results")  # outputs, relative to the working directory lik
 REQUIRED = ("published", "table", "datasets", "metrics")
 OPTIONAL = ("algorithms", "settings", "reasons", "substitute", "without_cuda", "values", "metric_suffix",
             "metrics_by_dataset", "key_notes", "cell", "label", "variants", "columns", "title", "figure", "statistic",
-            "variant_of")
+            "variant_of", "published_runs")
 MAD_TO_STD = 1.4826  # 1 / Phi^-1(3/4): the MAD of a normal sample times this estimates its std
 
 
@@ -122,6 +126,9 @@ def experiment_spec(name: str) -> dict:
         if not isinstance(text, str) or not ("|" in str(pattern) or "*" in str(pattern)):  # else it matches nothing
             raise ConfigError(f"experiment {name}: reproduce.reasons has {pattern!r}: {type(text).__name__}; "
                               f"allowed: an 'algorithm|dataset|metric[|setting]' glob mapped to a text")
+    runs = spec.get("published_runs")
+    if runs is not None and (isinstance(runs, bool) or not isinstance(runs, int) or runs < 1):
+        raise ConfigError(f"experiment {name}: reproduce.published_runs is {runs!r}; allowed: an integer >= 1")
     statistic = spec.get("statistic", "mean")
     if statistic not in STATISTICS:
         raise ConfigError(f"experiment {name}: reproduce.statistic is {statistic!r}; allowed: "
@@ -373,7 +380,7 @@ def _row(spec: dict, r, label: str, key: str, cell: Cell, reason: str | None, re
     number no run record stands behind cannot be re-derived, so its cell is `not_run` whatever it would be judged:
     the number stays in the row and the reason says what it would be judged."""
     j = judge(r.metric, r.mean, r.std, cell.mean, cell.std, cell.n, spec.get("statistic", "mean"),
-              substitute=r.dataset in set(spec.get("substitute") or []))
+              substitute=r.dataset in set(spec.get("substitute") or []), published_runs=spec.get("published_runs"))
     # the reason the config gives this cell (a variant's own, the cell function's, else the experiment's)
     stated = cell.reason or (reason if reason is not None else _reason(spec, r.algorithm, r.dataset, r.metric,
                                                                        r.setting))

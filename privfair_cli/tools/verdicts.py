@@ -7,7 +7,10 @@ A cell compares our number (mean, or median, and spread over `n` runs) with the 
   grows with our own spread;
 - the statistical bound `bound = max(resolution, 2 c sqrt(std_pub^2 + std_ours^2) / sqrt(n))`: two standard
   errors of the difference of the two statistics (c = 1 for means, sqrt(pi / 2) for medians), never below the
-  resolution (a deterministic run has no spread, and the papers print a few decimals).
+  resolution (a deterministic run has no spread, and the papers print a few decimals). Where the paper's own
+  numbers show that a published cell is m runs (`published_runs`, e.g. one split: every accuracy a multiple of
+  1 / n_test), the published number carries its own run-to-run spread: `bound = max(resolution, 2 c sqrt(s^2 / m +
+  std_ours^2 / n))` with s the published std, or ours where the paper prints none.
 
 With `d = ours - published` and `tolerance = min(band, bound)`:
 
@@ -116,14 +119,19 @@ class Judgement:
 
 
 def judge(metric: str, published: float, published_std, ours: float, ours_std, n: int, statistic: str = "mean",
-          substitute: bool = False) -> Judgement:
-    """The verdict of a cell (module docstring). `n` = 0: not run."""
+          substitute: bool = False, published_runs: int | None = None) -> Judgement:
+    """The verdict of a cell (module docstring). `n` = 0: not run. `published_runs`: the runs the published number
+    is shown to be (None: as many as ours)."""
     kind = kind_of(metric)
     dev = float(ours) - float(published) if n else float("nan")
     resolution = max(kind.floor, kind.relative * abs(float(published)))
     band = max(resolution, _finite(published_std))
-    spread = 2 * STATISTICS[statistic] * math.sqrt(_finite(published_std) ** 2 + _finite(ours_std) ** 2)
-    bound = max(resolution, spread / math.sqrt(max(int(n), 1)))
+    n_ours, pub, own = max(int(n), 1), _finite(published_std), _finite(ours_std)
+    if published_runs is None:
+        se = math.sqrt(pub ** 2 + own ** 2) / math.sqrt(n_ours)
+    else:
+        se = math.sqrt((pub or own) ** 2 / published_runs + own ** 2 / n_ours)
+    bound = max(resolution, 2 * STATISTICS[statistic] * se)
     tolerance = min(band, bound)
     if not n or math.isnan(dev):
         verdict = "not_run"
