@@ -228,10 +228,10 @@ class GSquare(TableTest):
             hi = min(lo + step, T)
             first, last = tab.test_cells[lo], tab.test_cells[hi]
             k, s = key[:hi - lo], tmp[:hi - lo]
-            np.take(V, idx[lo:hi, -1], axis=0, out=s, mode="clip")  # y, weight 1 (valid indices: no check)
+            np.take(V, idx[lo:hi, -1], axis=0, out=s, mode="wrap")  # y, weight 1; "wrap": unbuffered, as indexing
             np.add(s, (tab.test_cells[lo:hi] - first).astype(V.dtype)[:, None], out=k)
             for j in range(idx.shape[1] - 1):
-                np.take(V, idx[lo:hi, j], axis=0, out=s, mode="clip")
+                np.take(V, idx[lo:hi, j], axis=0, out=s, mode="wrap")
                 np.multiply(s, weight[lo:hi, j, None], out=s)
                 k += s
             tab.counts[first:last] = np.bincount(k.ravel(), minlength=last - first)
