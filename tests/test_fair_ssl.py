@@ -77,6 +77,65 @@ def test_a_disconnected_unlabelled_row_gets_the_ridge_and_is_counted():
     assert np.isfinite(graph.harmonic(y[:10])).all()
 
 
+def test_zero_degree_shortcut_and_kept_pull_are_the_former_computations_bit_for_bit():
+    """A zero-degree unlabelled row makes the plain Cholesky of L_uu fail for certain, so `build` factorises the
+    ridged Laplacian without trying it: the factor the failed try led to. A_ul y_l is computed once per y_l: the
+    numbers of the product done in every call before, and a new y_l gets its own."""
+    import scipy.linalg
+
+    X, y = clusters(40)
+    X[-1] = 50.0
+    A, _ = fair_ssl.gaussian_graph(X, 1.0)
+    n_l = 10
+    L = -A[n_l:, n_l:].astype(np.float64)
+    L[np.diag_indices_from(L)] += A.sum(1, dtype=np.float64)[n_l:]
+    with pytest.raises(np.linalg.LinAlgError):
+        scipy.linalg.cho_factor(L, lower=True, check_finite=False)
+    graph = fair_ssl.Propagator.build(A, n_l, 1e-8)
+    A_uu, A_lu = A[n_l:, n_l:], A[n_l:, :n_l].astype(np.float64) + A[:n_l, n_l:].T.astype(np.float64)
+    R = A_uu.astype(np.float64)
+    R += A_uu.T
+    R *= -0.5
+    R[np.diag_indices_from(R)] += -R.sum(1) + A_lu.sum(1) / 2 + 1e-8
+    expected = scipy.linalg.cho_factor(R, lower=True, check_finite=False)[0]
+    assert graph.ridge_used and np.array_equal(np.tril(graph.factor[0]), np.tril(expected))
+    for y_l in (y[:n_l], 1 - y[:n_l], y[:n_l]):
+        pull = A[n_l:, :n_l] @ y_l.astype(np.float64)
+        assert np.array_equal(graph.labelled_pull(y_l), pull)
+        assert np.array_equal(graph.harmonic(y_l), graph.solve(pull))
+        score = np.linspace(-1, 1, len(A) - n_l)
+        assert np.array_equal(graph.propagate(y_l, score, 0.7), graph.solve(pull + score / (2 * 0.7)))
+
+
+def test_newton_reusing_the_line_searchs_scores_is_the_former_newton_bit_for_bit():
+    """`newton_logistic` takes the accepted line-search point's scores into the next step instead of computing
+    X z again: the former loop (below, unconstrained) gives the same w to the last bit."""
+    import scipy.linalg
+    from scipy import special
+
+    X, z, y = toy(400, seed=3)
+    X = np.c_[X, z]
+    n = len(y)
+
+    def former(X, y, tol=1e-12):
+        b = np.zeros(X.shape[1])
+        fb = fair_ssl.logistic_loss(X, y, b)
+        for _ in range(100):
+            p = special.expit(0.0 + X @ b)
+            g = X.T @ (p - y) / n
+            step = scipy.linalg.solve((X.T * (p * (1.0 - p))) @ X / n, g, assume_a="pos")
+            dec = float(g @ step)
+            if dec / 2 <= tol:
+                return b
+            t = 1.0
+            while fair_ssl.logistic_loss(X, y, b - t * step) > fb - 0.25 * t * dec:
+                t /= 2
+            b, fb = b - t * step, fair_ssl.logistic_loss(X, y, b - t * step)
+        return None
+
+    assert np.array_equal(fair_ssl.newton_logistic(X, y.astype(float)), former(X, y.astype(float)))
+
+
 def toy(n=300, seed=0):
     """Labels depend on x and on z; the unconstrained LR has a clearly non-zero DI and OMR covariance."""
     rng = np.random.default_rng(seed)
