@@ -605,8 +605,14 @@ class MarginalTreeRelease(Plugin):
         phat = [project_simplex(m.y, total1, w=1 / m.var) / total1 for m in meas]
         pairs = list(zip(I.tolist(), J.tolist(), strict=True))
         exact = count_tables(Xc, self.cdomain, pairs)  # one table at a time: KDD at eps = inf has 5e8 cells
-        return np.array([np.abs(M - total1 * np.outer(phat[i], phat[j])).sum()
-                         for (i, j), M in zip(pairs, exact, strict=True)])
+
+        def l1(M: np.ndarray, i: int, j: int) -> float:  # |M - total1 phat_i phat_j|_1 in one scratch table
+            e = np.outer(phat[i], phat[j])
+            e *= total1
+            np.subtract(M, e, out=e)
+            return np.abs(e, out=e).sum()
+
+        return np.array([l1(M, i, j) for (i, j), M in zip(pairs, exact, strict=True)])
 
     # -- release ------------------------------------------------------------------------------------------
     def n_rows(self) -> int:

@@ -646,3 +646,22 @@ def test_release_is_identical_to_the_reference_implementation(monkeypatch, algo,
     assert fast.model.tables.keys() == ref.model.tables.keys()
     assert all(np.array_equal(fast.model.tables[k], ref.model.tables[k]) for k in ref.model.tables)
     assert fast_rows.dtypes.eq(np.int64).all() and fast_rows.equals(ref_rows)
+
+
+def test_scores_equal_the_reference_formula():
+    """q_ij = |M_ij - Nhat phat_i phat_j|_1 as the plain expression over `metrics.contingency` tables, bit for bit."""
+    rng = np.random.default_rng(6)
+    domain = [2, 3, 300, 5, 4, 7]
+    X = np.column_stack([rng.integers(0, k, 3000) for k in domain])
+    meas = [tm.Measurement((i,), rng.normal(3000 / k, 30, k), np.full(k, 900.0), k * 900.0)
+            for i, k in enumerate(domain)]
+    plugin = registry.make("pfdr")
+    plugin.cdomain = domain
+    I, J = pf.pairs_of(len(domain))
+    q = plugin.scores(X, meas, I, J)
+    total1 = float(max(1.0, np.sum([m.y.sum() / m.total_var for m in meas]) / np.sum([1 / m.total_var for m in meas])))
+    phat = [tm.project_simplex(m.y, total1, w=1 / m.var) / total1 for m in meas]
+    pairs = list(zip(I.tolist(), J.tolist(), strict=True))
+    want = [np.abs(M - total1 * np.outer(phat[i], phat[j])).sum()
+            for (i, j), M in zip(pairs, reference_count_tables(X, domain, pairs), strict=True)]
+    assert q.tolist() == want
