@@ -520,9 +520,10 @@ def split(table: Table, test_size: float, rng: np.random.Generator,
 def split_warnings(train: Table, test: Table, kind: str) -> list[str]:
     """Why a run's numbers may mean nothing, for its result's `warnings` (issue 11 item 13): the test rows
     are the training rows, too few rows to measure anything, a sensitive group without test rows.
-    Graph learners are scored against a reference graph, embeddings on splits of their own, not on test rows."""
+    Graph learners are scored against a reference graph, embeddings on splits of their own, not on test rows: a
+    graph split states its own premise warnings in the tables' meta (`split_warnings`, datasets/graphs.py)."""
     if kind in ("graph", "embedding"):
-        return []
+        return list(train.meta.get("split_warnings", ()))
     out = []
     if test is train:
         out.append("data.test_size=0: the metrics are measured on the training rows, not on held-out data")

@@ -23,7 +23,10 @@ The per-run split (`split`): for vertex classification the whole graph is embedd
 node splits); for link prediction a fraction `link_holdout` of the edges, never from a random spanning forest (so
 the residual graph keeps the components of the full one, the node2vec protocol of dpne.md §5.4.3), is removed
 before embedding and becomes the positive test pairs, with as many negatives drawn uniformly among non-adjacent,
-non-identical pairs of the *full* graph.
+non-identical pairs of the *full* graph. `link_holdout: 0` is dpne.md §5.4's protocol without a hold-out (what the
+thesis' numbers point to): the whole graph is embedded, every edge is a positive test pair, with as many negatives.
+Its accuracy measures how well the embedding reconstructs edges it was trained on, so such a run carries the
+warning `NO_HOLDOUT` in its result's `warnings` (`SPLIT_WARNINGS` of the tables' meta, datasets `split_warnings`).
 """
 
 from __future__ import annotations
@@ -38,6 +41,10 @@ from privfair_cli.datasets import Table
 from privfair_cli.errors import DataError
 
 TASKS = ("vertex_classification", "link_prediction")
+SPLIT_WARNINGS = "split_warnings"  # the tables' meta key of the split's premise warnings (datasets split_warnings)
+NO_HOLDOUT = ("data.link_holdout=0: link prediction is tested on edges the embedding saw (the whole graph is "
+              "embedded and every edge is a positive test pair, dpne.md §5.4 without a hold-out): the accuracy "
+              "measures how well the embedding reconstructs its training edges, not how it predicts unseen ones")
 VIEWS = ("network",)  # what a graph card provides (schema.card_views); the card's `label` adds the vertex classes
 
 
@@ -153,13 +160,22 @@ def negatives(adj: sp.csr_matrix, count: int, rng: np.random.Generator) -> np.nd
 
 
 def link_split(graph: Graph, holdout: float, rng: np.random.Generator) -> Graph:
-    """The residual graph (holdout edges removed) carrying the labelled test pairs (dpne.md §5.4 with holdout)."""
+    """The residual graph (holdout edges removed) carrying the labelled test pairs (dpne.md §5.4 with holdout);
+    holdout 0: the full graph carrying all its edges and as many negatives (dpne.md §5.4 without a hold-out)."""
     edges = graph.edges()
+    if holdout == 0:
+        if len(edges) < 1:
+            raise DataError("link prediction: the graph has no edge to test")
+        neg = negatives(graph.adjacency, len(edges), rng)
+        labels = np.repeat([1, 0], [len(edges), len(neg)])
+        counts = graph.counts | {"held_out": 0, "test_edges": int(len(edges))}
+        return replace(graph, counts=counts, pairs=np.vstack([edges, neg]), pair_labels=labels)
     forest = spanning_forest(graph.adjacency, rng)
     removable = np.flatnonzero(np.asarray(forest[edges[:, 0], edges[:, 1]]).ravel() == 0)
     n_out = min(int(round(holdout * len(edges))), len(removable))
     if n_out < 2:
-        raise DataError(f"link prediction: data.link_holdout={holdout} holds out {n_out} edges; raise it")
+        raise DataError(f"link prediction: data.link_holdout={holdout} holds out {n_out} edges; raise it (or set 0: "
+                        f"no hold-out)")
     held = edges[rng.choice(removable, size=n_out, replace=False)]
     keep = np.ones(len(edges), bool)
     keep[np.isin(edges[:, 0] * graph.n + edges[:, 1], held[:, 0] * graph.n + held[:, 1])] = False
@@ -185,8 +201,10 @@ def split(table: Table, card: dict, rng: np.random.Generator) -> tuple[Table, Ta
     if task == "vertex_classification":
         out = Table(table.name, table.X, table.y, None, [], meta=meta)
         return out, out
-    residual = link_split(graph, float(card.get("link_holdout", 0.5)), rng)
-    out = Table(table.name, table.X, table.y, None, [], meta=meta | {"graph": residual})
+    holdout = float(card.get("link_holdout", 0.5))
+    residual = link_split(graph, holdout, rng)
+    warned = {SPLIT_WARNINGS: [NO_HOLDOUT]} if holdout == 0 else {}
+    out = Table(table.name, table.X, table.y, None, [], meta=meta | {"graph": residual} | warned)
     return out, out
 
 
@@ -198,10 +216,15 @@ def validate(card: dict) -> None:
         raise ConfigError(f"data.task={card.get('task')!r} is unknown; allowed: {', '.join(TASKS)}")
     if card.get("isolated", "keep") not in ("keep", "error"):
         raise ConfigError(f"data.isolated={card.get('isolated')!r} is unknown; allowed: keep, error")
-    for key, lo, hi in (("train_ratio", 0.0, 1.0), ("link_holdout", 0.0, 1.0)):
-        value = card.get(key, 0.5)
-        if isinstance(value, bool) or not isinstance(value, int | float) or not lo < value < hi:
-            raise ConfigError(f"data.{key}={value!r} must be in ({lo:g}, {hi:g})")
+    def number(value) -> bool:
+        return not isinstance(value, bool) and isinstance(value, int | float)
+
+    ratio, holdout = card.get("train_ratio", 0.5), card.get("link_holdout", 0.5)
+    if not (number(ratio) and 0 < ratio < 1):
+        raise ConfigError(f"data.train_ratio={ratio!r} must be in (0, 1)")
+    if not (number(holdout) and 0 <= holdout < 1):
+        raise ConfigError(f"data.link_holdout={holdout!r} must be in [0, 1) (0: no hold-out, the whole graph is "
+                          f"embedded and every edge tested)")
     splits = card.get("eval_splits", 1)
     if isinstance(splits, bool) or not isinstance(splits, int) or splits < 1:
         raise ConfigError(f"data.eval_splits={splits!r} must be an integer >= 1")

@@ -259,6 +259,45 @@ def test_link_split_never_leaks_test_edges():
     assert res.counts["edges"] + len(pos) == len(g.edges())
 
 
+def test_link_holdout_zero_tests_every_edge_on_the_full_graph():
+    g = sbm(n=300, p_in=0.05)
+    res = graphs.link_split(g, 0, np.random.default_rng(0))
+    assert (res.adjacency != g.adjacency).nnz == 0 and res.counts["edges"] == len(g.edges())  # nothing held out
+    pos = res.pairs[res.pair_labels == 1]
+    neg = res.pairs[res.pair_labels == 0]
+    assert np.array_equal(pos, g.edges())                                        # positives: exactly all edges
+    assert len(neg) == len(pos)                                                  # balanced
+    assert np.asarray(g.adjacency[neg[:, 0], neg[:, 1]]).sum() == 0              # negatives: non-edges
+    assert (neg[:, 0] < neg[:, 1]).all() and len(np.unique(neg, axis=0)) == len(neg)
+    again = graphs.link_split(g, 0, np.random.default_rng(0))
+    assert np.array_equal(again.pairs, res.pairs)                                # seeded: the same pairs
+
+
+@pytest.mark.parametrize("value,ok", [(0, True), (0.0, True), (0.5, True), (0.99, True), (1, False), (1.0, False),
+                                      (-0.1, False), ("0.5", False), (None, False), (True, False),
+                                      (float("nan"), False)])
+def test_link_holdout_validation_allows_zero_to_below_one(value, ok):
+    from privfair_cli.errors import ConfigError
+
+    if ok:
+        graphs.validate({"link_holdout": value})
+    else:
+        with pytest.raises(ConfigError, match=r"data.link_holdout=.* must be in \[0, 1\)"):
+            graphs.validate({"link_holdout": value})
+
+
+@pytest.mark.parametrize("holdout", [0, 0.5])
+def test_link_holdout_zero_is_flagged_in_the_split_warnings(holdout):
+    from privfair_cli.datasets import Table, split_warnings
+
+    g = sbm(n=120)
+    tab = Table("sbm", np.zeros((g.n, 0)), np.zeros(g.n, np.int64), None, [], meta={"graph": g})
+    train, test = graphs.split(tab, {"task": "link_prediction", "link_holdout": holdout}, np.random.default_rng(0))
+    warned = split_warnings(train, test, "embedding")
+    assert warned == ([graphs.NO_HOLDOUT] if holdout == 0 else [])
+    assert all("tested on edges the embedding saw" in w for w in warned)
+
+
 # ---------------------------------------------------------------------------------------------- end to end
 @needs_data("cora")
 def test_run_end_to_end_link_prediction(tmp_path, monkeypatch):
@@ -275,6 +314,21 @@ def test_run_end_to_end_link_prediction(tmp_path, monkeypatch):
     assert record["privacy"]["ledger"][0]["sensitivity"] == pytest.approx(math.sqrt(2))
     assert np.load(run / "artifacts" / "embedding.npy").shape == (2708, 16)
     assert np.array_equal(np.load(run / "artifacts" / "node_ids.npy"), np.arange(2708))
+    assert not any("link_holdout" in w for w in record["warnings"])  # the default holds edges out: no such flag
+
+
+@needs_data("cora")
+def test_run_without_holdout_records_the_flag(tmp_path, monkeypatch):
+    from privfair_cli.main import main
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PRIVFAIR_PROGRESS", "off")
+    assert main(["run", "algo=nemf", "data=cora", "algo.k=16", "algo.epochs=1", "data.task=link_prediction",
+                 "data.eval_splits=2", "data.link_holdout=0"]) == 0
+    run = next(tmp_path.glob("results/runs/nemf/cora/*/seed=0*"))
+    record = json.loads((run / "metrics.json").read_text())
+    assert 0.5 < record["metrics"]["link_prediction_accuracy"] <= 1.0
+    assert graphs.NO_HOLDOUT in record["warnings"]
 
 
 @pytest.mark.parametrize("model,classes", [("svm", 5), ("svm", 2), ("lr", 2)])
