@@ -170,8 +170,9 @@ def embedding(plugin, train, test, rng: np.random.Generator) -> dict[str, float]
     on `train_ratio` of the vertices, accuracy on the rest, mean over `eval_splits` random splits;
     `link_prediction_accuracy`: Hadamard features `w_u * w_v` of the L2-normalised rows (unscaled rows are too
     small for LogisticRegression(C=1), which then predicts one class: spec C8 leaves scaling open) of the
-    held-out edges and as many sampled non-edges
-    (datasets/graphs.py `link_split`: the embedding was fitted on the residual graph and never saw them),
+    held-out edges and as many sampled non-edges (datasets/graphs.py `link_split`: the embedding was fitted on the
+    residual graph and never saw them; with `data.link_holdout: 0`, the spec's protocol, of every edge of the graph
+    it was fitted on, which the run's warnings say),
     LogisticRegression(C=1) trained on `train_ratio` of the pairs, same averaging. Both classifiers are solved for
     all splits at once (`_accuracy_over_splits`)."""
     from sklearn.preprocessing import normalize
